@@ -58,19 +58,23 @@ def _select(config: DictConfig, key: str, default=None):
 def reward_extra_info_keys(reward_manager_name: str) -> tuple[str, ...] | None:
     """The per-sample keys a registered reward manager reports, when the recipe knows them."""
     if reward_manager_name == "recipe_dapo":
-        from recipe_dapo.reward.manager import REWARD_EXTRA_INFO_KEYS
+        from recipe_dapo.reward.manager import REWARD_EXTRA_KEYS
 
-        return tuple(REWARD_EXTRA_INFO_KEYS)
+        return tuple(REWARD_EXTRA_KEYS)
     if reward_manager_name == "dapo":
         return ("score", "acc", "pred", "overlong_reward", "overlong")
     return None
+
+
+# Per-sample keys that are text, so they cannot be a filter metric.
+TEXT_REWARD_KEYS = ("pred", "verify_error")
 
 
 def _check_algorithm(config: DictConfig, problems: list[str]) -> None:
     from verl.trainer.ppo.utils import need_critic
 
     estimator = str(_select(config, "algorithm.adv_estimator"))
-    if need_critic(config) or estimator == "gae":
+    if estimator == "gae" or _select(config, "critic.enable", None) or need_critic(config):
         problems.append(
             f"algorithm.adv_estimator={estimator} needs a critic, which DAPO does not use; "
             "set algorithm.adv_estimator=grpo (the paper's group-normalised advantages)"
@@ -85,10 +89,17 @@ def _check_dynamic_sampling(config: DictConfig, problems: list[str]) -> None:
     metric = _select(config, "algorithm.filter_groups.metric")
     manager = str(_select(config, "reward.reward_manager.name"))
     known = reward_extra_info_keys(manager)
-    if known is not None and metric not in (*BUILTIN_FILTER_METRICS, *known):
+    if known is not None:
+        numeric = set(BUILTIN_FILTER_METRICS) | (set(known) - set(TEXT_REWARD_KEYS))
+        if metric not in numeric:
+            problems.append(
+                f"algorithm.filter_groups.metric={metric!r} is not a numeric metric reward manager {manager!r} "
+                f"reports; choose one of {sorted(numeric)}"
+            )
+    if metric == "seq_final_reward" and _select(config, "algorithm.use_kl_in_reward", False):
         problems.append(
-            f"algorithm.filter_groups.metric={metric!r} is not a metric reward manager {manager!r} reports; "
-            f"choose one of {sorted(set(BUILTIN_FILTER_METRICS) | set(known))}"
+            "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: the KL penalty "
+            "needs reference log-probs, which are computed after filtering; filter on seq_reward or acc instead"
         )
     max_rounds = _select(config, "algorithm.filter_groups.max_num_gen_batches", 0)
     if max_rounds is None or int(max_rounds) < 0:
@@ -103,10 +114,12 @@ def _check_dynamic_sampling(config: DictConfig, problems: list[str]) -> None:
     from recipe_dapo.dynamic_sampling import DynamicSamplingConfig
 
     try:
-        DynamicSamplingConfig.from_configs(
-            OmegaConf.to_container(config.algorithm.filter_groups, resolve=True),
-            OmegaConf.to_container(_select(config, "dapo.dynamic_sampling", default={}) or {}, resolve=True),
-        ).validate()
+        DynamicSamplingConfig.from_config(
+            config.algorithm.filter_groups,
+            _select(config, "dapo.dynamic_sampling"),
+            train_batch_size=int(_select(config, "data.train_batch_size")),
+            gen_batch_size=_select(config, "data.gen_batch_size"),
+        )
     except ValueError as exc:
         problems.append(str(exc))
 

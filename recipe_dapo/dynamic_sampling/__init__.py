@@ -1,0 +1,38 @@
+"""DAPO dynamic sampling (paper section 3.2) as pure logic: no Ray, no verl import.
+
+Where things live:
+
+- ``group_stats``    per-group statistics of the filter metric and the keep decision (vectorised)
+- ``sizing``         the keep-rate estimate and how many prompts the next round asks for
+- ``buffer``         the FIFO pool of qualifying groups (surplus carry-over)
+- ``sampler``        ``DynamicSampler``: the step protocol the trainer calls, metrics, state_dict
+- ``prompt_stream``  ``PromptStream``: any number of prompts across dataloader batches and epochs
+- ``batch_ops``      how the payload is touched (numpy arrays or verl ``DataProto``)
+- ``config``         ``DynamicSamplingConfig``: ``algorithm.filter_groups.*`` + ``dapo.dynamic_sampling.*``
+
+A new round-sizing rule goes in ``sizing.next_round_prompts`` with its name added to
+``config.ROUND_SIZINGS``; the trainer only calls ``DynamicSampler``.
+"""
+
+from recipe_dapo.dynamic_sampling.batch_ops import DATAPROTO_OPS, NUMPY_OPS, BatchOps
+from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig
+from recipe_dapo.dynamic_sampling.group_stats import GroupStats, group_statistics, trajectory_metric
+from recipe_dapo.dynamic_sampling.prompt_stream import PromptStream
+from recipe_dapo.dynamic_sampling.sampler import METRIC_PREFIX, DynamicSampler, DynamicSamplingExhausted
+from recipe_dapo.dynamic_sampling.sizing import KeepRateEstimate, next_round_prompts
+
+__all__ = [
+    "BatchOps",
+    "DATAPROTO_OPS",
+    "NUMPY_OPS",
+    "DynamicSampler",
+    "DynamicSamplingConfig",
+    "DynamicSamplingExhausted",
+    "GroupStats",
+    "KeepRateEstimate",
+    "METRIC_PREFIX",
+    "PromptStream",
+    "group_statistics",
+    "next_round_prompts",
+    "trajectory_metric",
+]

@@ -1,0 +1,231 @@
+"""Settings of the dynamic sampler, read once at start-up and validated across fields.
+
+Two places in the run config feed it:
+
+- verl's own ``algorithm.filter_groups.{enable, metric, max_num_gen_batches}``, unchanged in meaning
+  except that ``max_num_gen_batches`` is a per-step *budget* of ``max_num_gen_batches * gen_batch_size``
+  prompts (with ``round_sizing=whole`` that is exactly the paper's count of rounds);
+- the recipe's ``dapo.dynamic_sampling.*`` (the fields below from ``round_sizing`` on).
+
+``data.train_batch_size`` and ``data.gen_batch_size`` (null: ``train_batch_size``) come in as arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Optional
+
+from recipe_dapo.dynamic_sampling.group_stats import DEFAULT_TOLERANCE
+
+ROUND_SIZINGS = ("deficit", "whole")
+EXHAUSTION_POLICIES = ("train_partial", "raise")
+
+AUTO_MIN_ROUND_FRACTION = 0.25
+"""``min_round_prompts: null`` means this fraction of ``train_batch_size``: a top-up round is then still a
+large batch for the rollout engine, and its surplus is carried over, not wasted (see
+bench/dynamic_sampling_sim.py for rounds per step against staleness)."""
+
+FILTER_GROUPS_KEYS = ("enable", "metric", "max_num_gen_batches")
+NAMESPACE = "dapo.dynamic_sampling"
+
+
+@dataclass(frozen=True)
+class DynamicSamplingConfig:
+    """Resolved settings of :class:`~recipe_dapo.dynamic_sampling.sampler.DynamicSampler`."""
+
+    train_batch_size: int
+    """``data.train_batch_size``: groups (prompts) per training step."""
+
+    gen_batch_size: int
+    """``data.gen_batch_size`` (null: ``train_batch_size``): prompts per round with ``round_sizing=whole``,
+    upper bound of a round otherwise, and the unit of the ``max_num_gen_batches`` budget."""
+
+    enable: bool = True
+    """``algorithm.filter_groups.enable``: drop groups whose responses all score the same. When False every
+    group is kept and one round of ``train_batch_size`` prompts fills each step."""
+
+    metric: str = "acc"
+    """``algorithm.filter_groups.metric``: ``acc``, ``score``, ``seq_reward``, ``seq_final_reward``,
+    ``reward`` or any reward_extra_info key."""
+
+    max_num_gen_batches: int = 0
+    """``algorithm.filter_groups.max_num_gen_batches``: at most this many ``gen_batch_size`` worth of
+    prompts are generated per step (<= 0: no limit); then ``on_exhausted`` applies."""
+
+    round_sizing: str = "deficit"
+    """``deficit``: each round asks for the prompts expected to fill what is missing, from the running
+    keep-rate estimate; ``whole``: every round is ``gen_batch_size`` prompts (the paper)."""
+
+    safety_margin: float = 0.1
+    """Deficit rounds ask for ``(1 + safety_margin) * missing / keep_rate`` prompts; the expected surplus is
+    carried to the next step, so a margin buys fewer top-up rounds for a little staleness."""
+
+    min_round_prompts: Optional[int] = None
+    """Smallest deficit round, in prompts (null: ``ceil(0.25 * train_batch_size)``), so that top-up rounds
+    stay large enough for the rollout engine to be efficient."""
+
+    max_round_prompts: Optional[int] = None
+    """Largest deficit round, in prompts (null: ``gen_batch_size``)."""
+
+    prompt_granularity: int = 1
+    """Round sizes are rounded up to a multiple of this; choose it so that ``prompt_granularity *
+    rollout.n`` divides evenly among the rollout (agent-loop) workers. ``gen_batch_size`` must be a
+    multiple of it."""
+
+    keep_rate_prior: float = 0.5
+    """Keep-rate estimate before the first round. A low prior overshoots (the surplus is carried over), a
+    high one may need a second round, so err low."""
+
+    keep_rate_decay: float = 0.5
+    """Weight of the past in the keep-rate estimate, applied once per training step: the estimate is
+    ``sum_s decay^(age_s) kept_s / sum_s decay^(age_s) generated_s`` over past steps s (rounds of one
+    step share a policy and weigh the same). 0 uses only the current step."""
+
+    max_staleness: int = 1
+    """Surplus qualifying groups are trained at most this many steps after the step that generated them;
+    older ones are dropped and counted. 0 discards the surplus (the paper's behaviour)."""
+
+    on_exhausted: str = "train_partial"
+    """When the ``max_num_gen_batches`` budget is spent before the batch is full: ``train_partial`` trains
+    on the groups collected (warned once, counted in ``dynamic_sampling/partial_steps``); ``raise`` stops
+    the run (the paper's behaviour)."""
+
+    same_value_tolerance: float = DEFAULT_TOLERANCE
+    """Metric values closer than this count as equal when deciding that a group has no spread."""
+
+    # ---------------------------------------------------------------- construction
+
+    @classmethod
+    def from_config(
+        cls,
+        filter_groups: Any,
+        dynamic_sampling: Optional[Mapping[str, Any]],
+        *,
+        train_batch_size: int,
+        gen_batch_size: Optional[int] = None,
+    ) -> "DynamicSamplingConfig":
+        """Build and validate from ``algorithm.filter_groups`` and ``dapo.dynamic_sampling``.
+
+        Both may be plain dicts, OmegaConf ``DictConfig``s or verl's ``FilterGroupsConfig``; either may be
+        None. Missing ``filter_groups`` keys take verl's defaults (``enable`` False, no metric, no budget);
+        missing ``dapo.dynamic_sampling`` keys take the defaults above. Unknown keys under
+        ``dapo.dynamic_sampling`` are refused (likely typos).
+        """
+        # verl's meaning: filtering is off unless enabled, and an enabled filter needs a metric.
+        filter_groups = filter_groups if filter_groups is not None else {}
+        values: dict[str, Any] = {
+            "enable": filter_groups.get("enable", False),
+            "metric": filter_groups.get("metric", None) or "",
+            "max_num_gen_batches": filter_groups.get("max_num_gen_batches", None) or 0,
+        }
+        own_fields = [f.name for f in fields(cls) if f.name not in FILTER_GROUPS_KEYS]
+        own_fields = [name for name in own_fields if name not in ("train_batch_size", "gen_batch_size")]
+        for key, value in (dynamic_sampling or {}).items():
+            if key == "_target_":
+                continue
+            if key not in own_fields:
+                raise ValueError(
+                    f"unknown setting {NAMESPACE}.{key}; the known keys are {', '.join(own_fields)}"
+                )
+            values[key] = value
+        config = cls(
+            train_batch_size=train_batch_size,
+            gen_batch_size=gen_batch_size if gen_batch_size is not None else train_batch_size,
+            **values,
+        )
+        config.validate()
+        return config
+
+    # ---------------------------------------------------------------- resolved values
+
+    @property
+    def min_round(self) -> int:
+        """Smallest deficit round in prompts (``min_round_prompts`` resolved)."""
+        if self.min_round_prompts is not None:
+            return int(self.min_round_prompts)
+        auto = math.ceil(AUTO_MIN_ROUND_FRACTION * self.train_batch_size)
+        return min(_round_up(auto, self.prompt_granularity), self.max_round)
+
+    @property
+    def max_round(self) -> int:
+        """Largest deficit round in prompts (``max_round_prompts`` resolved)."""
+        return int(self.max_round_prompts) if self.max_round_prompts is not None else self.gen_batch_size
+
+    @property
+    def prompt_budget(self) -> Optional[int]:
+        """Prompts that may be generated per step, or None for no limit."""
+        if self.max_num_gen_batches <= 0:
+            return None
+        return self.max_num_gen_batches * self.gen_batch_size
+
+    # ---------------------------------------------------------------- validation
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad key and how to fix it."""
+        _check_int("data.train_batch_size", self.train_batch_size, minimum=1)
+        _check_int("data.gen_batch_size", self.gen_batch_size, minimum=1)
+        _check_int("algorithm.filter_groups.max_num_gen_batches", self.max_num_gen_batches)
+        if not isinstance(self.enable, bool):
+            raise ValueError(f"algorithm.filter_groups.enable must be true or false, got {self.enable!r}")
+        if self.enable and (not isinstance(self.metric, str) or not self.metric):
+            raise ValueError(
+                "algorithm.filter_groups.metric must name the filter metric when filtering is enabled "
+                "(DAPO uses acc; also score, seq_reward, seq_final_reward or a reward_extra_info key)"
+            )
+        if self.round_sizing not in ROUND_SIZINGS:
+            raise ValueError(
+                f"{NAMESPACE}.round_sizing={self.round_sizing!r} is not one of {ROUND_SIZINGS}; use deficit "
+                "(rounds sized to what is missing) or whole (gen_batch_size prompts per round, the paper)"
+            )
+        if self.on_exhausted not in EXHAUSTION_POLICIES:
+            raise ValueError(
+                f"{NAMESPACE}.on_exhausted={self.on_exhausted!r} is not one of {EXHAUSTION_POLICIES}"
+            )
+        _check_number(f"{NAMESPACE}.safety_margin", self.safety_margin, low=0.0, high=10.0)
+        _check_number(f"{NAMESPACE}.keep_rate_prior", self.keep_rate_prior, low=0.0, high=1.0, low_open=True)
+        _check_number(f"{NAMESPACE}.keep_rate_decay", self.keep_rate_decay, low=0.0, high=1.0)
+        _check_number(f"{NAMESPACE}.same_value_tolerance", self.same_value_tolerance, low=0.0, high=math.inf)
+        _check_int(f"{NAMESPACE}.max_staleness", self.max_staleness, minimum=0)
+        _check_int(f"{NAMESPACE}.prompt_granularity", self.prompt_granularity, minimum=1)
+        if self.gen_batch_size % self.prompt_granularity:
+            raise ValueError(
+                f"data.gen_batch_size={self.gen_batch_size} is not a multiple of "
+                f"{NAMESPACE}.prompt_granularity={self.prompt_granularity}; change one of them"
+            )
+        for key in ("min_round_prompts", "max_round_prompts"):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            _check_int(f"{NAMESPACE}.{key}", value, minimum=1)
+            if value % self.prompt_granularity:
+                raise ValueError(
+                    f"{NAMESPACE}.{key}={value} is not a multiple of {NAMESPACE}.prompt_granularity="
+                    f"{self.prompt_granularity}; round it or set it to null"
+                )
+        if self.min_round > self.max_round:
+            raise ValueError(
+                f"{NAMESPACE}.min_round_prompts ({self.min_round}) exceeds the largest round "
+                f"({self.max_round}, {NAMESPACE}.max_round_prompts or data.gen_batch_size); lower the first "
+                "or raise the second"
+            )
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _check_int(key: str, value: Any, minimum: Optional[int] = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{key} must be >= {minimum}, got {value}")
+
+
+def _check_number(key: str, value: Any, *, low: float, high: float, low_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ValueError(f"{key} must be a number, got {value!r}")
+    too_low = value <= low if low_open else value < low
+    if too_low or value > high:
+        interval = f"{'(' if low_open else '['}{low}, {high}]"
+        raise ValueError(f"{key} must lie in {interval}, got {value}")

@@ -1,0 +1,313 @@
+"""The dynamic sampler: collects exactly ``train_batch_size`` qualifying groups per training step.
+
+The trainer drives it with named calls and applies its decisions to the payload::
+
+    sampler.begin_step(global_steps)                  # drops groups older than max_staleness
+    while sampler.needs_more_rounds():                # not full, budget left
+        prompts = prompt_stream.take(sampler.prompts_for_next_round())
+        rollouts = generate_and_score(prompts)        # n responses per prompt, one uid per prompt
+        sampler.add_round(rollouts, group_ids=uids, metric_values=metric)
+    batch, metrics = sampler.take_training_batch()    # buffered groups first (oldest first), then new
+
+Surplus qualifying groups stay pooled for later steps; the payload is never modified, so tensors such as
+``rollout_log_probs`` stay available for verl's rollout-correction options. When the step's
+``max_num_gen_batches`` budget runs out before the batch is full, ``take_training_batch`` applies
+``on_exhausted``: ``train_partial`` returns the groups collected (warned once, counted), ``raise`` raises
+:class:`DynamicSamplingExhausted`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from recipe_dapo.dynamic_sampling.batch_ops import NUMPY_OPS, BatchOps
+from recipe_dapo.dynamic_sampling.buffer import GroupBuffer
+from recipe_dapo.dynamic_sampling.config import NAMESPACE, DynamicSamplingConfig
+from recipe_dapo.dynamic_sampling.group_stats import GroupStats, group_statistics
+from recipe_dapo.dynamic_sampling.sizing import KeepRateEstimate, next_round_prompts
+
+logger = logging.getLogger(__name__)
+
+METRIC_PREFIX = "dynamic_sampling/"
+STATE_VERSION = 1
+
+
+class DynamicSamplingExhausted(RuntimeError):
+    """The step's generation budget is spent and ``on_exhausted=raise``."""
+
+
+@dataclass
+class _StepTally:
+    """What the rounds of the open step produced (summed over rounds, never overwritten)."""
+
+    rounds: int = 0
+    generated_groups: int = 0
+    kept_groups: int = 0
+    solve_all_groups: int = 0
+    solve_none_groups: int = 0
+    trajectories: int = 0
+    metric_sum: float = 0.0
+    dropped_stale_groups: int = 0
+
+
+@dataclass
+class _Totals:
+    """Counters over the whole run."""
+
+    rounds: int = 0
+    generated_groups: int = 0
+    qualifying_groups: int = 0
+    trained_groups: int = 0
+    dropped_stale_groups: int = 0
+    partial_steps: int = 0
+
+
+class DynamicSampler:
+    """Decides which groups a training step uses and how many prompts each round generates."""
+
+    def __init__(self, config: DynamicSamplingConfig, ops: BatchOps = NUMPY_OPS):
+        config.validate()
+        self.config = config
+        self._ops = ops
+        self._pool = GroupBuffer(ops)
+        self._keep_rate = KeepRateEstimate(prior=config.keep_rate_prior)
+        self._totals = _Totals()
+        self._tally = _StepTally()
+        self._open_step: Optional[int] = None
+        self._last_step: Optional[int] = None
+        self._warned_partial = False
+
+    # ---------------------------------------------------------------- queries
+
+    @property
+    def keep_rate_estimate(self) -> float:
+        """Running estimate of the fraction of generated groups that qualify."""
+        return self._keep_rate.value
+
+    def run_counters(self) -> dict[str, int]:
+        """Counters over the whole run: rounds, generated / qualifying / trained / dropped groups, partial
+        steps."""
+        return asdict(self._totals)
+
+    @property
+    def pooled_groups(self) -> int:
+        """Qualifying groups waiting to be trained on (carried over plus this step's rounds)."""
+        return self._pool.num_groups
+
+    def is_full(self) -> bool:
+        """True when the pool holds at least ``train_batch_size`` groups."""
+        return self._pool.num_groups >= self.config.train_batch_size
+
+    def out_of_rounds(self) -> bool:
+        """True when the batch is not full and the step's ``max_num_gen_batches`` budget is spent."""
+        return not self.is_full() and self.prompts_for_next_round() == 0
+
+    def needs_more_rounds(self) -> bool:
+        """True while another round should be generated: not full and budget left."""
+        return not self.is_full() and not self.out_of_rounds()
+
+    def prompts_for_next_round(self) -> int:
+        """Prompts the next round should generate (see :mod:`.sizing`); 0 when full or out of budget."""
+        self._require_open_step("prompts_for_next_round")
+        missing = self.config.train_batch_size - self._pool.num_groups
+        return next_round_prompts(self.config, missing, self._keep_rate.value, self._tally.generated_groups)
+
+    # ---------------------------------------------------------------- the step
+
+    def begin_step(self, step: int) -> None:
+        """Open training step ``step``: age the keep-rate estimate and drop groups that are too old."""
+        if self._open_step is not None:
+            raise RuntimeError(
+                f"begin_step({step}) called while step {self._open_step} is open; call take_training_batch() "
+                "to close a step before opening the next"
+            )
+        if self._last_step is not None and step <= self._last_step:
+            raise ValueError(f"training steps must increase: got {step} after step {self._last_step}")
+        self._open_step = step
+        self._tally = _StepTally()
+        self._keep_rate.start_step(self.config.keep_rate_decay)
+        dropped = self._pool.drop_born_before(step - self.config.max_staleness)
+        self._tally.dropped_stale_groups = dropped
+        self._totals.dropped_stale_groups += dropped
+        if dropped:
+            logger.info("step %d: dropped %d groups older than max_staleness=%d", step, dropped,
+                        self.config.max_staleness)
+
+    def add_round(self, rollouts: Any, group_ids: Any, metric_values: Any) -> GroupStats:
+        """Filter one round of rollouts and pool its qualifying groups (whole, contiguous, in order).
+
+        ``group_ids`` and ``metric_values`` hold one entry per row of ``rollouts`` (verl: the ``uid``
+        non-tensor field and the filter metric). Returns the round's group statistics.
+        """
+        self._require_open_step("add_round")
+        num_rows = self._ops.length(rollouts)
+        if num_rows != len(group_ids):
+            raise ValueError(f"the round has {num_rows} trajectories but {len(group_ids)} group ids")
+        stats = group_statistics(
+            group_ids,
+            metric_values,
+            filter_enabled=self.config.enable,
+            tolerance=self.config.same_value_tolerance,
+            metric_name=self.config.metric,
+        )
+        self._refuse_reused_group_ids(stats.group_ids)
+
+        kept_rows, kept_offsets = stats.rows_of(stats.keep)
+        if kept_rows.shape[0] == num_rows and np.array_equal(kept_rows, np.arange(num_rows)):
+            kept_payload = rollouts  # every row kept, already grouped: no copy
+        elif kept_rows.shape[0]:
+            kept_payload = self._ops.select(rollouts, kept_rows)
+        else:
+            kept_payload = None
+        if kept_payload is not None:
+            self._pool.add(kept_payload, stats.group_ids[stats.keep], kept_offsets, born_step=self._open_step)
+
+        tally = self._tally
+        tally.rounds += 1
+        tally.generated_groups += stats.num_groups
+        tally.kept_groups += stats.num_kept
+        tally.solve_all_groups += int(np.count_nonzero(stats.solve_all))
+        tally.solve_none_groups += int(np.count_nonzero(stats.solve_none))
+        tally.trajectories += stats.num_trajectories
+        tally.metric_sum += stats.metric_sum
+        self._totals.rounds += 1
+        self._totals.generated_groups += stats.num_groups
+        self._totals.qualifying_groups += stats.num_kept
+        self._keep_rate.observe(stats.num_kept, stats.num_groups)
+        logger.debug(
+            "step %d round %d: kept %d of %d groups, pooled %d of %d",
+            self._open_step, tally.rounds, stats.num_kept, stats.num_groups, self._pool.num_groups,
+            self.config.train_batch_size,
+        )
+        return stats
+
+    def take_training_batch(self, groups_multiple_of: int = 1) -> tuple[Any, dict[str, float]]:
+        """Close the step: the training batch (oldest groups first) and the step's metrics.
+
+        The batch holds exactly ``train_batch_size`` groups, or, under ``on_exhausted=train_partial`` when
+        the budget ran out, the groups collected cut down to a multiple of ``groups_multiple_of`` (the rest
+        stays pooled); it is None when no group qualified. Under ``on_exhausted=raise`` a short batch raises
+        :class:`DynamicSamplingExhausted`.
+        """
+        self._require_open_step("take_training_batch")
+        step = self._open_step
+        target = self.config.train_batch_size
+        available = self._pool.num_groups
+        partial = available < target
+        if partial:
+            if not self.out_of_rounds():
+                raise RuntimeError(
+                    f"take_training_batch() at step {step} with {available} of {target} groups while the "
+                    "generation budget is not spent; generate rounds while needs_more_rounds() is True"
+                )
+            self._on_exhausted(step, available, target)
+            count = available - available % max(int(groups_multiple_of), 1)
+        else:
+            count = target
+        taken = self._pool.take(count)
+        if not taken.pieces:
+            batch = None
+        elif len(taken.pieces) == 1:
+            batch = taken.pieces[0]
+        else:
+            batch = self._ops.concat(taken.pieces)
+        self._totals.trained_groups += int(taken.group_ids.shape[0])
+
+        metrics = self._step_metrics(step, taken.born_steps, partial)
+        self._last_step, self._open_step = step, None
+        return batch, metrics
+
+    # ---------------------------------------------------------------- checkpointing
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue identically: pooled groups with payloads, estimate, counters."""
+        return {
+            "version": STATE_VERSION,
+            "pool": self._pool.state_dict(),
+            "keep_rate": self._keep_rate.state_dict(),
+            "totals": asdict(self._totals),
+            "tally": asdict(self._tally),
+            "open_step": self._open_step,
+            "last_step": self._last_step,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"dynamic sampler state has version {state.get('version')!r}, this code reads version "
+                f"{STATE_VERSION}; resume with the recipe version that wrote the checkpoint"
+            )
+        self._pool.load_state_dict(state["pool"])
+        self._keep_rate = KeepRateEstimate.from_state_dict(state["keep_rate"])
+        self._totals = _Totals(**state["totals"])
+        self._tally = _StepTally(**state["tally"])
+        self._open_step = state["open_step"]
+        self._last_step = state["last_step"]
+
+    # ---------------------------------------------------------------- helpers
+
+    def _require_open_step(self, call: str) -> None:
+        if self._open_step is None:
+            raise RuntimeError(f"{call}() needs an open step; call begin_step(global_steps) first")
+
+    def _refuse_reused_group_ids(self, new_ids: np.ndarray) -> None:
+        # GRPO normalises advantages per uid over the whole batch, so two prompt instances sharing a uid
+        # would be merged into one group.
+        pooled = self._pool.group_ids()
+        if pooled.shape[0] == 0:
+            return
+        reused = new_ids[np.isin(new_ids, pooled)]
+        if reused.shape[0]:
+            raise ValueError(
+                f"group ids {reused[:3].tolist()} of this round are already pooled from an earlier round; "
+                "give every prompt instance a fresh uid (verl's trainer uses uuid4)"
+            )
+
+    def _on_exhausted(self, step: int, available: int, target: int) -> None:
+        budget_key = "algorithm.filter_groups.max_num_gen_batches"
+        if self.config.on_exhausted == "raise":
+            raise DynamicSamplingExhausted(
+                f"step {step}: only {available} of {target} groups qualified after generating "
+                f"{self._tally.generated_groups} prompts ({budget_key}={self.config.max_num_gen_batches} x "
+                f"gen_batch_size={self.config.gen_batch_size}); raise {budget_key} (0: no limit), set "
+                f"{NAMESPACE}.on_exhausted=train_partial, or check that the filter metric "
+                f"{self.config.metric!r} varies within groups"
+            )
+        self._totals.partial_steps += 1
+        if not self._warned_partial:
+            self._warned_partial = True
+            logger.warning(
+                "step %d: %s budget spent with %d of %d groups; training on the groups collected "
+                "(on_exhausted=train_partial; counted in %spartial_steps, warned once)",
+                step, budget_key, available, target, METRIC_PREFIX,
+            )
+
+    def _step_metrics(self, step: int, born_steps: np.ndarray, partial: bool) -> dict[str, float]:
+        tally, totals = self._tally, self._totals
+        trained = int(born_steps.shape[0])
+        metrics = {
+            "num_gen_rounds": tally.rounds,
+            "generated_groups": tally.generated_groups,
+            "kept_groups": tally.kept_groups,
+            "trained_groups": trained,
+            "carried_in_groups": int(np.count_nonzero(born_steps < step)),
+            "carried_out_groups": self._pool.num_groups,
+            "dropped_stale_groups": tally.dropped_stale_groups,
+            "mean_staleness": float((step - born_steps).mean()) if trained else 0.0,
+            "partial_batch": float(partial),
+            "partial_steps": totals.partial_steps,
+            "total_gen_rounds": totals.rounds,
+            "keep_rate_estimate": self._keep_rate.value,
+            # Trained over qualifying groups so far; 1.0 before any group qualified (nothing wasted).
+            "utilization": totals.trained_groups / totals.qualifying_groups if totals.qualifying_groups else 1.0,
+        }
+        if tally.generated_groups:  # ratios of a step without rounds (all from the buffer) are undefined
+            metrics["keep_rate"] = tally.kept_groups / tally.generated_groups
+            metrics["solve_all_ratio"] = tally.solve_all_groups / tally.generated_groups
+            metrics["solve_none_ratio"] = tally.solve_none_groups / tally.generated_groups
+            metrics["score_mean_before_filter"] = tally.metric_sum / tally.trajectories
+        return {METRIC_PREFIX + key: float(value) for key, value in metrics.items()}

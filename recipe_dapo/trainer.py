@@ -1,0 +1,387 @@
+"""``RayDAPOTrainer``: DAPO's Algorithm 1 on top of verl 0.9.1's ``RayPPOTrainer``.
+
+One training step, as the paper writes it::
+
+    collect_filtered_batch   sample prompts, generate G responses each, score them, drop groups whose
+                             responses all score the same, repeat until train_batch_size groups are in hand
+    prepare_update           old (and reference) log-probs, GRPO advantages
+    filter_overlong          truncated responses contribute no loss (when overlong filtering is on)
+    update_actor             the policy update, then weight sync to the rollout engine (and maybe save)
+    maybe_validate, log_step
+
+Everything else (workers, weight sync, checkpoints, validation generation, metric helpers) is the base
+class's; the algorithmic decisions live in pure modules (``dynamic_sampling``, ``overlong_filter``,
+``metrics``). Settings the recipe does not support are refused at start-up (``preflight``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from typing import Optional
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf, open_dict
+from tqdm import tqdm
+
+from verl import DataProto
+from verl.trainer.ppo.core_algos import agg_loss
+from verl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_throughout_metrics,
+    compute_timing_metrics,
+    compute_variance_proxy_metrics,
+)
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, Role, apply_kl_penalty, compute_advantage, compute_response_mask
+from verl.trainer.ppo.reward import extract_reward
+from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
+from verl.utils.debug import marked_timer
+from verl.utils.metric import reduce_metrics
+from verl.utils.skip.skip_manager import SkipManager
+from verl.utils.tracking import Tracking
+
+from recipe_dapo.dynamic_sampling import DATAPROTO_OPS, DynamicSampler, DynamicSamplingConfig, PromptStream, trajectory_metric
+from recipe_dapo.metrics import validation_problem_metrics, with_problem_uids
+from recipe_dapo.overlong_filter import apply_overlong_filter
+from recipe_dapo.reward.manager import stop_token_ids
+from recipe_dapo.reward.metrics import reward_metrics
+
+logger = logging.getLogger(__name__)
+
+SAMPLER_STATE_FILE = "dapo_state.pt"
+
+
+class RayDAPOTrainer(RayPPOTrainer):
+    """verl's PPO trainer with DAPO's dynamic sampling, overlong filtering and training-step accounting."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sampler = DynamicSampler(self._dynamic_sampling_config(), ops=DATAPROTO_OPS)
+        self.prompt_stream = PromptStream(self._open_epoch, ops=DATAPROTO_OPS)
+        self.eos_token_ids = stop_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
+
+    # ------------------------------------------------------------------ set-up
+
+    def _dynamic_sampling_config(self) -> DynamicSamplingConfig:
+        data = self.config.data
+        return DynamicSamplingConfig.from_config(
+            self.config.algorithm.filter_groups,
+            OmegaConf.select(self.config, "dapo.dynamic_sampling"),
+            train_batch_size=int(data.train_batch_size),
+            gen_batch_size=int(data.get("gen_batch_size") or data.train_batch_size),
+        )
+
+    def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
+        """The base counts steps in dataloader batches; DAPO counts optimizer steps of train_batch_size prompts.
+
+        A step may consume several generation rounds, so "one epoch" of training steps is the dataset size
+        divided by the training batch, and the LR schedule is sized in those steps (verl issue #991).
+        """
+        super()._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+        if self.config.trainer.total_training_steps is None:
+            steps_per_epoch = max(len(self.train_dataset) // int(self.config.data.train_batch_size), 1)
+            self.total_training_steps = steps_per_epoch * int(self.config.trainer.total_epochs)
+            with open_dict(self.config):
+                self.config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
+            logger.info("total training steps (optimizer steps): %d", self.total_training_steps)
+        # Copies of one validation problem share a uid, so verl and the recipe group them as one problem.
+        self.val_dataloader.collate_fn = with_problem_uids(self.val_dataloader.collate_fn)
+
+    def _open_epoch(self, epoch: int):
+        """Batches of prompt rows for ``epoch`` (the stateful dataloader continues where it stopped)."""
+        if hasattr(self.train_dataloader.sampler, "set_epoch"):
+            self.train_dataloader.sampler.set_epoch(epoch)
+        return (DataProto.from_single_dict(batch_dict) for batch_dict in self.train_dataloader)
+
+    # ------------------------------------------------------------------ the loop
+
+    def fit(self):
+        """Train for ``total_training_steps`` optimizer steps (validation and saving as configured)."""
+        if self._dump_executor._shutdown:
+            self._init_dump_executor()
+        self.tracker = Tracking(
+            project_name=self.config.trainer.project_name,
+            experiment_name=self.config.trainer.experiment_name,
+            default_backend=self.config.trainer.logger,
+            config=OmegaConf.to_container(self.config, resolve=True),
+        )
+        self.global_steps = 0
+        self._load_checkpoint()
+        self.checkpoint_manager.update_weights(self.global_steps)
+        SkipManager.init(self.config)
+
+        if self.config.trainer.get("val_before_train", True):
+            val_metrics = self._validate()
+            logger.info("initial validation: %s", val_metrics)
+            self.tracker.log(data=val_metrics, step=self.global_steps)
+            if self.config.trainer.get("val_only", False):
+                self._shutdown_dump_executor()
+                return
+
+        progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="DAPO training steps")
+        self.global_steps += 1
+        self.max_steps_duration = 0
+        try:
+            while self.global_steps <= self.total_training_steps:
+                SkipManager.set_step(self.global_steps)
+                self.train_step()
+                progress.update(1)
+                self.global_steps += 1
+        finally:
+            progress.close()
+            if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
+                self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
+            self._shutdown_dump_executor()
+
+    def train_step(self) -> dict:
+        """One optimizer step of Algorithm 1; returns the metrics it logged."""
+        metrics, timing = {}, {}
+        is_last_step = self.global_steps >= self.total_training_steps
+        with marked_timer("step", timing):
+            batch = self.collect_filtered_batch(metrics, timing)
+            if batch is not None:
+                batch = self.prepare_update(batch, metrics, timing)
+                unfiltered_mask = self.filter_overlong(batch, metrics)
+                self.update_actor(batch, metrics, timing, is_last_step)
+                if unfiltered_mask is not None:  # data metrics describe every trained response
+                    batch.batch["response_mask"] = unfiltered_mask
+            else:
+                # Under on_exhausted=train_partial no group qualified: nothing to learn from this step.
+                logger.warning("step %d: no qualifying group was generated; skipping the update", self.global_steps)
+        self.maybe_validate(metrics, timing, is_last_step)
+        self.log_step(batch, metrics, timing)
+        return metrics
+
+    # ------------------------------------------------------------------ Algorithm 1, lines 2-8
+
+    def collect_filtered_batch(self, metrics: dict, timing: dict) -> Optional[DataProto]:
+        """Generate and score rounds until ``train_batch_size`` qualifying groups are pooled (dynamic sampling)."""
+        metric_name = self.config.algorithm.filter_groups.metric
+        self.sampler.begin_step(self.global_steps)
+        scored_columns = []  # reward metrics describe everything scored this step, before filtering
+        while self.sampler.needs_more_rounds():
+            rollouts = self.generate_and_score(self.prompt_stream.take(self.sampler.prompts_for_next_round()), timing)
+            scored_columns.append(rollouts.non_tensor_batch)
+            self.sampler.add_round(
+                rollouts,
+                group_ids=rollouts.non_tensor_batch["uid"],
+                metric_values=trajectory_metric(metric_name, rollouts.batch, rollouts.non_tensor_batch),
+            )
+        batch, sampling_metrics = self.sampler.take_training_batch(groups_multiple_of=self._groups_multiple())
+        metrics.update(sampling_metrics)
+        if scored_columns:
+            metrics.update(reward_metrics(_concat_columns(scored_columns)))
+        return batch
+
+    def _groups_multiple(self) -> int:
+        """A partial batch must still split evenly into PPO mini-batches."""
+        return int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size)
+
+    def generate_and_score(self, prompts: DataProto, timing: dict) -> DataProto:
+        """G responses per prompt from the rollout engine, with their rewards (one ``uid`` per prompt)."""
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        prompts.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        prompts.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(prompts))], dtype=object)
+        gen_batch = self._get_gen_batch(prompts)
+        gen_batch.meta_info["global_steps"] = self.global_steps
+        with marked_timer("gen", timing, color="red"):
+            output = self.async_rollout_manager.generate_sequences(gen_batch.repeat(repeat_times=n, interleave=True))
+            self.checkpoint_manager.sleep_replicas()
+        # Per-round meta_info must not travel with the rollouts: rounds (and carried-over groups from
+        # earlier steps) are concatenated later, and DataProto.concat requires equal meta_info.
+        for key, seconds in output.meta_info.pop("timing", {}).items():
+            timing[key] = timing.get(key, 0.0) + seconds
+        output.meta_info.pop("global_steps", None)
+        rollouts = prompts.repeat(repeat_times=n, interleave=True).union(output)
+        if "response_mask" not in rollouts.batch.keys():
+            rollouts.batch["response_mask"] = compute_response_mask(rollouts)
+        with marked_timer("reward", timing, color="yellow"):
+            if self.use_rm and "rm_scores" not in rollouts.batch.keys():
+                rollouts = rollouts.union(self._compute_reward_colocate(rollouts))
+            reward_tensor, reward_extra_info = extract_reward(rollouts)
+        rollouts.batch["token_level_scores"] = reward_tensor
+        rollouts.non_tensor_batch.update({key: np.array(values) for key, values in reward_extra_info.items()})
+        return rollouts
+
+    # ------------------------------------------------------------------ Algorithm 1, line 9
+
+    def prepare_update(self, batch: DataProto, metrics: dict, timing: dict) -> DataProto:
+        """Old / reference log-probs, token rewards, GRPO advantages, then overlong filtering."""
+        if self.config.trainer.balance_batch:
+            self._balance_batch(batch, metrics=metrics)
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+        batch.meta_info["images_seqlens"] = _images_seqlens(batch)
+
+        rollout_corr_config = self.config.algorithm.get("rollout_correction", None)
+        bypass_mode = bool(rollout_corr_config and rollout_corr_config.get("bypass_mode", False))
+        if bypass_mode:
+            # Two policies: the rollout log-probs serve as the proximal (old) policy.
+            from verl.trainer.ppo.rollout_corr_helper import apply_bypass_mode
+
+            apply_bypass_mode(
+                batch=batch,
+                rollout_corr_config=rollout_corr_config,
+                policy_loss_config=self.config.actor_rollout_ref.actor.policy_loss,
+            )
+        else:
+            with marked_timer("old_log_prob", timing, color="blue"):
+                batch = self._add_old_log_prob(batch, metrics)
+        if self.use_reference_policy:
+            with marked_timer(str(Role.RefPolicy), timing, color="olive"):
+                batch = batch.union(self._compute_ref_log_prob(batch))
+
+        with marked_timer("adv", timing, color="brown"):
+            if self.config.algorithm.use_kl_in_reward:
+                batch, kl_metrics = apply_kl_penalty(
+                    batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty
+                )
+                metrics.update(kl_metrics)
+            else:
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            if rollout_corr_config is not None and "rollout_log_probs" in batch.batch and not bypass_mode:
+                from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+                batch, correction_metrics = compute_rollout_correction_and_add_to_batch(batch, rollout_corr_config)
+                metrics.update(correction_metrics)
+            batch = compute_advantage(
+                batch,
+                adv_estimator=self.config.algorithm.adv_estimator,
+                gamma=self.config.algorithm.gamma,
+                lam=self.config.algorithm.lam,
+                num_repeat=self.config.actor_rollout_ref.rollout.n,
+                norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
+                config=self.config.algorithm,
+            )
+        return batch
+
+    def filter_overlong(self, batch: DataProto, metrics: dict) -> Optional[torch.Tensor]:
+        """Overlong filtering: truncated responses add no loss; returns the unfiltered mask (None when off).
+
+        Runs after the advantages, so truncated responses still count in their group's baseline.
+        """
+        if not self.config.dapo.overlong_filter.enable:
+            return None
+        unfiltered_mask = batch.batch["response_mask"]  # the filter replaces the mask, never edits it
+        max_len = self.config.actor_rollout_ref.rollout.response_length
+        metrics.update(apply_overlong_filter(batch, self.eos_token_ids, max_response_length=max_len))
+        return unfiltered_mask
+
+    def _add_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
+        """π_old log-probs recomputed by the actor (three-policy mode), with verl's entropy metric."""
+        old_log_prob, old_log_prob_mfu = self._compute_old_log_prob(batch)
+        actor_config = self.config.actor_rollout_ref.actor
+        entropy = agg_loss(
+            loss_mat=old_log_prob.batch["entropys"],
+            loss_mask=batch.batch["response_mask"],
+            loss_agg_mode=actor_config.loss_agg_mode,
+            loss_scale_factor=actor_config.loss_scale_factor,
+        )
+        metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": old_log_prob_mfu})
+        old_log_prob.batch.pop("entropys")
+        batch = batch.union(old_log_prob)
+        if "rollout_log_probs" in batch.batch.keys():
+            from verl.utils.debug.metrics import calculate_debug_metrics
+
+            metrics.update(calculate_debug_metrics(batch))
+        return batch
+
+    # ------------------------------------------------------------------ Algorithm 1, lines 10-11
+
+    def update_actor(self, batch: DataProto, metrics: dict, timing: dict, is_last_step: bool) -> None:
+        """The policy update, an optional checkpoint, then the weight sync to the rollout engine."""
+        with marked_timer("update_actor", timing, color="red"):
+            actor_output = self._update_actor(batch)
+        metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+        if self._should_save(is_last_step):
+            with marked_timer("save_checkpoint", timing, color="green"):
+                self._save_checkpoint()
+        with marked_timer("update_weights", timing, color="red"):
+            self.checkpoint_manager.update_weights(self.global_steps)
+        rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
+        if rollout_data_dir:
+            reward_extra = {k: batch.non_tensor_batch[k] for k in batch.meta_info.get("reward_extra_keys", [])}
+            self._log_rollout_data(batch, reward_extra, timing, rollout_data_dir)
+
+    def _should_save(self, is_last_step: bool) -> bool:
+        save_freq = self.config.trainer.save_freq
+        if save_freq <= 0:
+            return False
+        expiring = should_save_ckpt_esi(
+            max_steps_duration=self.max_steps_duration, redundant_time=self.config.trainer.esi_redundant_time
+        )
+        return is_last_step or self.global_steps % save_freq == 0 or expiring
+
+    # ------------------------------------------------------------------ validation and logging
+
+    def maybe_validate(self, metrics: dict, timing: dict, is_last_step: bool) -> None:
+        test_freq = self.config.trainer.test_freq
+        if test_freq > 0 and (is_last_step or self.global_steps % test_freq == 0):
+            with marked_timer("testing", timing, color="green"):
+                metrics.update(self._validate())
+
+    def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
+        """verl's validation metrics plus what papers report per data source: mean@k, pass@k, maj@k."""
+        metric_dict = super()._val_metrics_update(data_sources, sample_uids, reward_extra_infos_dict, sample_turns)
+        metric_dict.update(validation_problem_metrics(data_sources, sample_uids, reward_extra_infos_dict))
+        return metric_dict
+
+    def log_step(self, batch: Optional[DataProto], metrics: dict, timing: dict) -> None:
+        self.max_steps_duration = max(self.max_steps_duration, timing.get("step", 0.0))
+        metrics.update({"training/global_step": self.global_steps, "training/epoch": self.prompt_stream.epoch})
+        if batch is not None:
+            metrics.update(compute_data_metrics(batch=batch, use_critic=False))
+            metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing))
+            n_gpus = self.resource_pool_manager.get_n_gpus()
+            metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing, n_gpus=n_gpus))
+            metrics.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm")))
+            if hasattr(self.train_dataset, "on_batch_end"):
+                self.train_dataset.on_batch_end(batch=batch)
+        self.tracker.log(data=metrics, step=self.global_steps)
+
+    # ------------------------------------------------------------------ checkpoint and resume
+
+    def _save_checkpoint(self):
+        """verl's checkpoint plus the sampler, the prompt stream and the dataloader position."""
+        super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        state = {
+            "sampler": self.sampler.state_dict(),
+            "prompt_stream": self.prompt_stream.state_dict(),
+            "dataloader": self.train_dataloader.state_dict(),
+        }
+        torch.save(state, os.path.join(folder, SAMPLER_STATE_FILE))
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        if self.global_steps == 0:
+            return result
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = self.config.trainer.resume_from_path
+        path = os.path.join(folder, SAMPLER_STATE_FILE)
+        if not os.path.exists(path):
+            logger.warning("no dynamic-sampling state at %s: the sampler starts empty", path)
+            return result
+        state = torch.load(path, weights_only=False)
+        self.sampler.load_state_dict(state["sampler"])
+        self.prompt_stream.load_state_dict(state["prompt_stream"])
+        # The base skips the dataloader restore at "epoch boundaries" counted in its own batches, which do
+        # not line up with DAPO's steps; the position saved with the sampler is authoritative.
+        self.train_dataloader.load_state_dict(state["dataloader"])
+        logger.info("resumed dynamic sampling at step %d (%d groups pooled)", self.global_steps, self.sampler.pooled_groups)
+        return result
+
+
+def _concat_columns(columns: list[dict]) -> dict:
+    shared = set.intersection(*(set(c) for c in columns))
+    return {key: np.concatenate([np.asarray(c[key]) for c in columns]) for key in shared}
+
+
+def _images_seqlens(batch: DataProto) -> list:
+    seqlens = []
+    for inputs in batch.non_tensor_batch.get("multi_modal_inputs", []):
+        if "image_grid_thw" in inputs:
+            seqlens.extend(inputs["images_seqlens"].tolist())
+    return seqlens
