@@ -51,14 +51,25 @@ class TinyModelSpec:
     intermediate_size: int = 128
     max_position_embeddings: int = 1024
     seed: int = 0
+    # Supervised warm-up on worked solutions, so that the policy starts with the answer format and a
+    # mixed accuracy: a random model never answers right, and then every group scores the same.
+    warmup_steps: int = 150
+    warmup_batch_size: int = 32
+    warmup_lr: float = 3e-3
 
 
 def arithmetic_problem(rng: random.Random) -> tuple[str, int]:
-    """One problem with an integer answer: a sum, difference or product of small numbers."""
-    a, b = rng.randint(0, 20), rng.randint(0, 20)
+    """One problem with an integer answer: a sum, difference or product of one-digit numbers."""
+    a, b = rng.randint(0, 9), rng.randint(0, 9)
     op = rng.choice("+-*")
     answer = {"+": a + b, "-": a - b, "*": a * b}[op]
     return f"What is {a} {op} {b}?", answer
+
+
+def worked_solution(problem: str, answer: int) -> str:
+    """The response format the warm-up teaches: the expression, its value, and the DAPO answer line."""
+    expression = problem.removeprefix("What is ").removesuffix("?")
+    return f"{expression} = {answer}\nAnswer: {answer}"
 
 
 def synthetic_rows(num_rows: int, split: str, seed: int) -> list[dict]:
@@ -77,6 +88,12 @@ def synthetic_rows(num_rows: int, split: str, seed: int) -> list[dict]:
             }
         )
     return rows
+
+
+def arithmetic_problem_from_row(row: dict) -> tuple[str, int]:
+    content = row["prompt"][0]["content"]
+    problem = content.removeprefix(DAPO_PROMPT_PREFIX).removesuffix(DAPO_PROMPT_SUFFIX)
+    return problem, int(row["reward_model"]["ground_truth"])
 
 
 def write_dataset(out_dir: Path, num_train: int, num_val: int, seed: int) -> tuple[Path, Path]:
@@ -112,7 +129,47 @@ def train_bpe_tokenizer(out_dir: Path, texts: list[str], vocab_size: int = 512):
     return tokenizer
 
 
-def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec) -> None:
+def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dict], str]]) -> None:
+    """A few steps of supervised fine-tuning on (chat prompt, worked solution) pairs, loss on the answer only."""
+    import torch
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    sequences = []
+    for messages, solution in examples:
+        prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "input_ids"):
+            prompt_ids = prompt_ids["input_ids"]
+        response_ids = tokenizer(solution, add_special_tokens=False)["input_ids"] + [eos]
+        sequences.append((list(prompt_ids), response_ids))
+    generator = torch.Generator().manual_seed(spec.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr)
+    model.train()
+    for _ in range(spec.warmup_steps):
+        picks = torch.randint(len(sequences), (spec.warmup_batch_size,), generator=generator).tolist()
+        width = max(len(sequences[i][0]) + len(sequences[i][1]) for i in picks)
+        input_ids = torch.full((len(picks), width), tokenizer.pad_token_id)
+        labels = torch.full((len(picks), width), -100)
+        attention = torch.zeros((len(picks), width), dtype=torch.long)
+        for row, i in enumerate(picks):
+            prompt_ids, response_ids = sequences[i]
+            ids = prompt_ids + response_ids
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, len(prompt_ids) : len(ids)] = torch.tensor(response_ids)
+            attention[row, : len(ids)] = 1
+        # Logits only where a label exists: with a 150k-token vocabulary, full-sequence logits dominate.
+        hidden = model.model(input_ids=input_ids, attention_mask=attention).last_hidden_state
+        targets = labels[:, 1:]
+        answer_positions = targets != -100
+        logits = model.lm_head(hidden[:, :-1][answer_positions])
+        loss = torch.nn.functional.cross_entropy(logits, targets[answer_positions])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    logger.info("warm-up done: %d steps, last loss %.3f", spec.warmup_steps, loss.item())
+
+
+def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec, warmup_examples=()) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -132,6 +189,8 @@ def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec) -> None:
         torch_dtype="float32",
     )
     model = Qwen2ForCausalLM(config)
+    if spec.warmup_steps > 0:
+        warm_up(model, tokenizer, spec, warmup_examples)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     model.generation_config.save_pretrained(out_dir)
@@ -175,9 +234,13 @@ def build_default_assets(
         import pandas as pd
 
         texts = [row[0]["content"] for row in pd.read_parquet(train)["prompt"]]
-        texts += [f"Answer: {n}" for n in range(-400, 401)]
+        texts += [f"{n} = {n}\nAnswer: {n}" for n in range(-100, 101)]
         tokenizer = train_bpe_tokenizer(out / "tokenizer", texts)
-    build_tiny_model(model_dir, tokenizer, spec)
+    examples = [
+        (list(row["prompt"]), worked_solution(*arithmetic_problem_from_row(row)))
+        for row in synthetic_rows(num_train, "train", seed)
+    ]
+    build_tiny_model(model_dir, tokenizer, spec, examples)
     manifest_path.write_text(json.dumps({"wanted": wanted, "paths": paths}, indent=2))
     return paths
 

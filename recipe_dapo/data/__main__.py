@@ -1,0 +1,5 @@
+import sys
+
+from recipe_dapo.data.cli import main
+
+sys.exit(main())

@@ -1,0 +1,79 @@
+"""``python -m recipe_dapo.data {prepare,convert,validate}``: the data-prep command line.
+
+    prepare OUT_DIR [--local-dir DIR] [--only NAME ...]   every data set into OUT_DIR
+    convert NAME OUT_DIR [--input FILE | --local-dir DIR] [--dedup MODE]
+    validate FILE [FILE ...]                              check verl RL parquet files
+
+``--local-dir`` defaults to ``$DAPO_DATA_LOCAL_DIR``; without either, the Hugging Face Hub is used.
+Bad input exits with status 2 and one line naming the file, the row and the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from recipe_dapo.data.catalog import DATASETS
+from recipe_dapo.data.convert import DEDUP_MODES, LOCAL_DIR_ENV, convert_dataset, prepare_all
+from recipe_dapo.data.validation import RLDataError, validate_rl_parquet
+
+logger = logging.getLogger("recipe_dapo.data")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m recipe_dapo.data", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    prepare = commands.add_parser("prepare", help="convert every data set into one folder")
+    prepare.add_argument("out_dir")
+    prepare.add_argument(
+        "--local-dir",
+        default=os.environ.get(LOCAL_DIR_ENV) or None,
+        help=f"folder laid out like the shared data folder (default ${LOCAL_DIR_ENV}; unset: download)",
+    )
+    prepare.add_argument("--only", nargs="+", choices=list(DATASETS), help="convert only these data sets")
+
+    convert = commands.add_parser("convert", help="convert one data set")
+    convert.add_argument("name", choices=list(DATASETS))
+    convert.add_argument("out_dir")
+    convert.add_argument("--input", help="a local .parquet/.jsonl file (overrides --local-dir)")
+    convert.add_argument("--local-dir", default=os.environ.get(LOCAL_DIR_ENV) or None)
+    convert.add_argument(
+        "--dedup",
+        choices=DEDUP_MODES,
+        default="source_id",
+        help="source_id: drop repeated copies of a problem (default); prompt: one row per prompt text",
+    )
+
+    validate = commands.add_parser("validate", help="check verl RL parquet files row by row")
+    validate.add_argument("files", nargs="+")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "prepare":
+            results = prepare_all(args.out_dir, local_dir=args.local_dir, names=args.only)
+            for result in results:
+                print(f"{result.name:>14}: {result.rows_written:>6} rows -> {result.output_path}")
+        elif args.command == "convert":
+            result = convert_dataset(
+                args.name, args.out_dir, input_path=args.input, local_dir=args.local_dir, dedup=args.dedup
+            )
+            print(f"{result.name}: {result.rows_written} rows -> {result.output_path}")
+        else:
+            for path in args.files:
+                print(f"{path}: {validate_rl_parquet(path)} rows, all valid")
+    except (RLDataError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Row checks for verl's RL parquet layout, run before anything heavy starts.
+
+A verl RL row, as ``verl.utils.dataset.RLHFDataset`` and the reward managers read it::
+
+    data_source:  non-empty string (selects the metric group and, in verl's default scorer, the scorer)
+    prompt:       non-empty list of chat messages {"role": str, "content": str}, at least one non-blank content
+    reward_model: {"ground_truth": non-blank string (or number), "style": ...}
+    ability, extra_info: optional
+
+Every failure raises :class:`RLDataError`, whose message names the file, the row (0-based, as pandas
+numbers it) and the field, and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+REQUIRED_RL_COLUMNS = ("data_source", "prompt", "reward_model")
+_ROWS_PER_BATCH = 4096
+
+
+class RLDataError(ValueError):
+    """Bad input data: ``path``, 0-based ``row`` (None for file-level problems) and ``field`` say where."""
+
+    def __init__(self, path: str | os.PathLike, row: int | None, field: str | None, problem: str, fix: str = ""):
+        self.path = str(path)
+        self.row = row
+        self.field = field
+        self.problem = problem
+        where = [self.path]
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        message = ", ".join(where) + f": {problem}"
+        if fix:
+            message += f". Fix: {fix}"
+        super().__init__(message)
+
+
+def require_columns(path: str | os.PathLike, available: Iterable[str], required: Sequence[str]) -> None:
+    """Raise :class:`RLDataError` naming the first required column that ``available`` lacks."""
+    available = set(available)
+    for column in required:
+        if column not in available:
+            raise RLDataError(
+                path,
+                None,
+                column,
+                f"column is missing (the file has {sorted(available)})",
+                f"add a '{column}' column, or convert the file with data_prep/ (see scripts/prepare_data.sh)",
+            )
+
+
+def validate_rl_record(
+    record: Mapping[str, Any], path: str | os.PathLike, row: int, prompt_key: str = "prompt"
+) -> None:
+    """Check one verl RL row (layout in the module docstring); raise :class:`RLDataError` on the first problem."""
+    data_source = record.get("data_source")
+    if not isinstance(data_source, str) or not data_source.strip():
+        raise RLDataError(path, row, "data_source", f"must be a non-empty string, got {data_source!r}")
+    _check_prompt(record.get(prompt_key), path, row, prompt_key)
+    _check_reward_model(record.get("reward_model"), path, row)
+
+
+def _check_prompt(prompt: Any, path, row: int, prompt_key: str) -> None:
+    if prompt is None or isinstance(prompt, (str, bytes, Mapping)) or not isinstance(prompt, Iterable):
+        raise RLDataError(
+            path,
+            row,
+            prompt_key,
+            f"must be a list of chat messages, got {type(prompt).__name__}",
+            'write it as [{"role": "user", "content": "<problem>"}]',
+        )
+    messages = list(prompt)
+    if not messages:
+        raise RLDataError(path, row, prompt_key, "prompt is empty (no messages)", "give the row its problem text")
+    for position, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise RLDataError(path, row, f"{prompt_key}[{position}].role", f"message {message!r} has no string role")
+        if not isinstance(message.get("content"), str):
+            raise RLDataError(
+                path, row, f"{prompt_key}[{position}].content", f"content must be a string, got {message!r}"
+            )
+    if not any(message["content"].strip() for message in messages):
+        raise RLDataError(
+            path,
+            row,
+            f"{prompt_key}[0].content",
+            "prompt is empty (every message content is blank)",
+            "give the row its problem text or drop the row",
+        )
+
+
+def _check_reward_model(reward_model: Any, path, row: int) -> None:
+    if not isinstance(reward_model, Mapping):
+        raise RLDataError(
+            path,
+            row,
+            "reward_model",
+            f"must be a struct with a ground_truth, got {reward_model!r}",
+            'write it as {"ground_truth": "<answer>", "style": "rule"}',
+        )
+    ground_truth = reward_model.get("ground_truth")
+    if ground_truth is None:
+        raise RLDataError(
+            path, row, "reward_model.ground_truth", "ground truth is missing", "give the row its reference answer"
+        )
+    if isinstance(ground_truth, str):
+        empty = not ground_truth.strip()
+    elif isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
+        empty = False
+    else:
+        try:
+            empty = len(ground_truth) == 0
+        except TypeError:
+            empty = False
+    if empty:
+        raise RLDataError(
+            path,
+            row,
+            "reward_model.ground_truth",
+            "ground truth is empty",
+            "give the row its reference answer or drop the row",
+        )
+
+
+def validate_rl_parquet(path: str | os.PathLike, prompt_key: str = "prompt") -> int:
+    """Check every row of a verl RL parquet file and return its row count.
+
+    Reads only the checked columns, in record batches, so it is cheap enough to run at trainer
+    start-up on the train and validation files. Raises :class:`RLDataError` on a missing file, a
+    missing column, an empty file or the first bad row.
+    """
+    import pyarrow.parquet as pq
+
+    if not os.path.isfile(path):
+        raise RLDataError(path, None, None, "file not found", "check data.train_files / data.val_files or --data")
+    try:
+        parquet_file = pq.ParquetFile(path)
+    except Exception as error:  # pyarrow raises several types for a non-parquet file
+        raise RLDataError(path, None, None, f"not a readable parquet file ({error})") from error
+    columns = tuple(dict.fromkeys((REQUIRED_RL_COLUMNS[0], prompt_key) + REQUIRED_RL_COLUMNS[2:]))
+    require_columns(path, parquet_file.schema_arrow.names, columns)
+    row = 0
+    for batch in parquet_file.iter_batches(batch_size=_ROWS_PER_BATCH, columns=list(columns)):
+        for record in batch.to_pylist():
+            validate_rl_record(record, path, row, prompt_key)
+            row += 1
+    if row == 0:
+        raise RLDataError(path, None, None, "file has no rows")
+    return row

@@ -1,0 +1,292 @@
+"""Evaluate a model on verl RL parquet files: sample with vLLM, score with the recipe's verifier, report.
+
+    python -m recipe_dapo.evaluation.evaluate --model PATH --data a.parquet [b.parquet ...] \\
+        --n 32 --temperature 1.0 --top-p 0.7 --max-response-length 20480 --out DIR
+
+``PATH`` is a Hugging Face model folder or Hub id; a verl FSDP checkpoint must first be merged with
+``python -m verl.model_merger merge --backend fsdp --local_dir .../actor --target_dir MERGED``. The paper's
+AIME setting is the 30-problem file with ``--n 32 --temperature 1.0 --top-p 0.7`` (or the 960-row file
+with ``--n 1``: both report the same mean@32, see ``metrics``). Everything is checked (arguments, every
+data row, prompt lengths, the verifier import) before vLLM starts. Output layout: see ``report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from recipe_dapo.data.validation import RLDataError, validate_rl_parquet
+from recipe_dapo.evaluation.metrics import per_source_metrics, problem_ids_from_prompts
+from recipe_dapo.evaluation.report import dataset_markdown, metrics_table, unique_names, write_json, write_jsonl
+
+logger = logging.getLogger("recipe_dapo.evaluation")
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    """One problem of a data file, as the evaluation needs it."""
+
+    data_source: str
+    messages: list[dict[str, str]]
+    ground_truth: str
+    extra_info: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class EvalDataset:
+    name: str
+    path: str
+    rows: list[EvalRow]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m recipe_dapo.evaluation.evaluate", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--model", required=True, help="Hugging Face model folder or Hub id")
+    parser.add_argument("--tokenizer", help="tokenizer folder or id (default: --model)")
+    parser.add_argument("--data", required=True, nargs="+", help="verl RL parquet files")
+    parser.add_argument("--n", type=int, default=1, help="samples per row (paper, AIME 30-row file: 32)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=0.7)
+    parser.add_argument("--max-response-length", type=int, required=True, help="tokens per response (paper: 20480)")
+    parser.add_argument("--max-prompt-length", type=int, help="refuse prompts longer than this many tokens")
+    parser.add_argument("--out", required=True, help="output folder (report.json, <data>.md, generations)")
+    parser.add_argument("--max-rows", type=int, help="evaluate only the first rows of each file (smoke tests)")
+    parser.add_argument("--dtype", default="auto", help="vLLM dtype: auto, bfloat16, float16, float32")
+    parser.add_argument("--seed", type=int, default=0, help="vLLM engine seed")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--kv-cache-gib", type=float, help="KV-cache size in GiB (default on CPU: 1)")
+    parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (always on for CPU)")
+    return parser
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse impossible settings, naming the flag."""
+    rules = [
+        (args.n >= 1, "--n must be >= 1"),
+        (args.temperature >= 0, "--temperature must be >= 0"),
+        (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
+        (args.max_response_length >= 1, "--max-response-length must be >= 1"),
+        (args.max_prompt_length is None or args.max_prompt_length >= 1, "--max-prompt-length must be >= 1"),
+        (args.max_rows is None or args.max_rows >= 1, "--max-rows must be >= 1"),
+        (args.tensor_parallel_size >= 1, "--tensor-parallel-size must be >= 1"),
+        (0 < args.gpu_memory_utilization <= 1, "--gpu-memory-utilization must be in (0, 1]"),
+        (args.kv_cache_gib is None or args.kv_cache_gib > 0, "--kv-cache-gib must be > 0"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ValueError(message)
+    check_model_path(args.model)
+
+
+def check_model_path(model: str) -> None:
+    """A local model folder must hold a Hugging Face config; an unmerged verl checkpoint gets the merge command."""
+    expanded = os.path.expanduser(model)
+    if os.path.isdir(expanded):
+        if os.path.isfile(os.path.join(expanded, "config.json")):
+            return
+        if glob.glob(os.path.join(expanded, "model_world_size_*_rank_*.pt")):
+            raise ValueError(
+                f"--model {model} is a verl FSDP checkpoint; merge it first: python -m verl.model_merger merge "
+                f"--backend fsdp --local_dir {model} --target_dir {model.rstrip('/')}_merged"
+            )
+        raise ValueError(f"--model {model} has no config.json: give a Hugging Face model folder")
+    if os.path.exists(expanded) or model.startswith(("/", "./", "../", "~")):
+        raise ValueError(f"--model {model}: no such model folder")
+    logger.info("--model %s is not a local folder; vLLM will fetch it from the Hugging Face Hub", model)
+
+
+def load_eval_dataset(path: str, name: str, max_rows: int | None) -> EvalDataset:
+    """Validate every row of ``path`` (raises ``RLDataError``), then keep the first ``max_rows``."""
+    import pandas as pd
+
+    validate_rl_parquet(path)
+    frame = pd.read_parquet(path)
+    if max_rows is not None:
+        frame = frame.head(max_rows)
+    rows = []
+    for record in frame.to_dict(orient="records"):
+        extra_info = record.get("extra_info")
+        rows.append(
+            EvalRow(
+                data_source=str(record["data_source"]),
+                messages=[{"role": str(m["role"]), "content": str(m["content"])} for m in record["prompt"]],
+                ground_truth=str(record["reward_model"]["ground_truth"]),
+                extra_info=dict(extra_info) if isinstance(extra_info, Mapping) else None,
+            )
+        )
+    return EvalDataset(name, path, rows)
+
+
+def chat_prompt_ids(tokenizer, dataset: EvalDataset, max_prompt_length: int | None) -> list[list[int]]:
+    """Chat-templated prompt token ids; a prompt over ``max_prompt_length`` is an error naming its row."""
+    prompt_ids = []
+    for row_index, row in enumerate(dataset.rows):
+        text = tokenizer.apply_chat_template(row.messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if max_prompt_length is not None and len(ids) > max_prompt_length:
+            raise RLDataError(
+                dataset.path,
+                row_index,
+                "prompt",
+                f"prompt is {len(ids)} tokens, over --max-prompt-length {max_prompt_length}",
+                "raise --max-prompt-length or drop the row",
+            )
+        prompt_ids.append(ids)
+    return prompt_ids
+
+
+def score_dataset(dataset: EvalDataset, completions: Sequence[Sequence[Any]], compute_score) -> list[dict[str, Any]]:
+    """One record per sample (fields in ``report``), rows in order, samples in order within a row."""
+    from recipe_dapo.evaluation.scoring import score_response
+
+    samples = []
+    progress = tqdm(total=sum(len(c) for c in completions), desc=f"score {dataset.name}", unit="sample")
+    for row_index, (row, row_completions) in enumerate(zip(dataset.rows, completions)):
+        for sample_index, completion in enumerate(row_completions):
+            verdict = score_response(compute_score, row.data_source, completion.text, row.ground_truth, row.extra_info)
+            samples.append(
+                {
+                    "row": row_index,
+                    "sample": sample_index,
+                    "data_source": row.data_source,
+                    "prompt": row.messages,
+                    "ground_truth": row.ground_truth,
+                    "response": completion.text,
+                    "score": verdict.score,
+                    "acc": verdict.acc,
+                    "pred": verdict.pred,
+                    "num_tokens": completion.num_tokens,
+                    "truncated": completion.truncated,
+                }
+            )
+            progress.update()
+    progress.close()
+    return samples
+
+
+def dataset_metrics(samples: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per-data-source metrics of scored samples; maj@k only when the verifier extracted answers."""
+    data_sources = [s["data_source"] for s in samples]
+    preds = [s["pred"] for s in samples]
+    return per_source_metrics(
+        data_sources=data_sources,
+        prompt_ids=problem_ids_from_prompts(data_sources, [s["prompt"] for s in samples]),
+        acc=[s["acc"] for s in samples],
+        preds=preds if any(p is not None for p in preds) else None,
+        response_lengths=[s["num_tokens"] for s in samples],
+        truncated=[s["truncated"] for s in samples],
+    )
+
+
+@dataclass(frozen=True)
+class PreparedEvaluation:
+    """Everything checked and tokenized; only generation is left."""
+
+    args: argparse.Namespace
+    datasets: list[EvalDataset]
+    prompt_ids: list[list[list[int]]]
+    compute_score: Any
+    tokenizer_path: str
+
+
+def prepare(args: argparse.Namespace) -> PreparedEvaluation:
+    """Every check that can fail before vLLM starts: arguments, rows, verifier import, prompt lengths."""
+    from transformers import AutoTokenizer
+
+    from recipe_dapo.evaluation.scoring import load_compute_score
+
+    check_arguments(args)
+    datasets = [load_eval_dataset(path, name, args.max_rows) for path, name in zip(args.data, unique_names(args.data))]
+    compute_score = load_compute_score()
+    tokenizer_path = args.tokenizer or args.model
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    prompt_ids = [chat_prompt_ids(tokenizer, dataset, args.max_prompt_length) for dataset in datasets]
+    return PreparedEvaluation(args, datasets, prompt_ids, compute_score, tokenizer_path)
+
+
+def run(prepared: PreparedEvaluation) -> dict[str, Any]:
+    """Generate, score and write the report (layout in ``report``); returns the report dict."""
+    from recipe_dapo.evaluation.generation import EngineSettings, generate, make_engine
+
+    args, datasets = prepared.args, prepared.datasets
+    started = time.monotonic()
+    os.makedirs(args.out, exist_ok=True)
+    longest_prompt = max(len(ids) for dataset_ids in prepared.prompt_ids for ids in dataset_ids)
+    engine = make_engine(
+        EngineSettings(
+            model=args.model,
+            tokenizer=prepared.tokenizer_path,
+            max_model_len=(args.max_prompt_length or longest_prompt) + args.max_response_length,
+            dtype=args.dtype,
+            seed=args.seed,
+            tensor_parallel_size=args.tensor_parallel_size,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            kv_cache_gib=args.kv_cache_gib,
+            enforce_eager=args.enforce_eager,
+        )
+    )
+    engine_ready = time.monotonic()
+    # One generate call for all files: the engine batches across data sets.
+    flat_prompts = [ids for dataset_ids in prepared.prompt_ids for ids in dataset_ids]
+    flat_completions = generate(engine, flat_prompts, args.n, args.temperature, args.top_p, args.max_response_length)
+    generated = time.monotonic()
+
+    settings = dict(vars(args))
+    report: dict[str, Any] = {"settings": settings, "datasets": {}}
+    offset = 0
+    for dataset in datasets:
+        completions = flat_completions[offset : offset + len(dataset.rows)]
+        offset += len(dataset.rows)
+        samples = score_dataset(dataset, completions, prepared.compute_score)
+        per_source = dataset_metrics(samples)
+        report["datasets"][dataset.name] = {
+            "file": dataset.path,
+            "rows": len(dataset.rows),
+            "samples_per_row": args.n,
+            "metrics": per_source,
+        }
+        with open(os.path.join(args.out, f"{dataset.name}.md"), "w", encoding="utf-8") as handle:
+            handle.write(dataset_markdown(dataset.name, dataset.path, settings, per_source))
+        # The prompt is the data file's row `row`; repeating it on every sample would multiply the file size.
+        written = ({key: value for key, value in sample.items() if key != "prompt"} for sample in samples)
+        write_jsonl(os.path.join(args.out, f"{dataset.name}.generations.jsonl"), written)
+    finished = time.monotonic()
+    report["elapsed_s"] = {
+        "engine_start": round(engine_ready - started, 2),
+        "generation": round(generated - engine_ready, 2),
+        "scoring_and_report": round(finished - generated, 2),
+    }
+    write_json(os.path.join(args.out, "report.json"), report)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        prepared = prepare(args)
+    except (RLDataError, ValueError, OSError, ImportError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    report = run(prepared)
+    for name, entry in report["datasets"].items():
+        print(f"\n## {name} ({entry['rows']} rows x {entry['samples_per_row']} samples)\n")
+        print(metrics_table(entry["metrics"]), end="")
+    print(f"\nreport: {os.path.join(args.out, 'report.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

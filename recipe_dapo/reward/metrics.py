@@ -1,0 +1,41 @@
+"""Per-step reward metrics from the ``reward_extra_info`` columns of the ``recipe_dapo`` manager.
+
+Call it on every generation batch's columns (``batch.non_tensor_batch`` after the reward, or the
+``reward_extra_infos_dict`` from ``verl.trainer.ppo.reward.extract_reward``) *before* dynamic sampling
+drops groups, so the ratios describe everything that was scored::
+
+    reward/verify_error_ratio    fraction of samples whose verification raised or timed out (scored -1)
+    reward/verify_timeout_ratio  the part of those that were time-outs (verify_error starts with "time-out")
+    reward/no_answer_ratio       fraction with no extractable answer (pred == "")
+    reward/acc_mean              fraction answered correctly
+    overlong/truncated_ratio     fraction that used the whole rollout budget without EOS
+    overlong/penalized_ratio     fraction with a soft overlong penalty < 0
+    overlong/reward_mean         mean soft overlong penalty (<= 0)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+
+def reward_metrics(columns: Mapping[str, Any]) -> dict[str, float]:
+    """The metrics above from per-sample columns (numpy arrays or lists); missing columns are skipped."""
+    metrics: dict[str, float] = {}
+    if "verify_error" in columns:
+        errors = [str(e) for e in columns["verify_error"]]
+        if errors:
+            metrics["reward/verify_error_ratio"] = float(np.mean([e != "" for e in errors]))
+            metrics["reward/verify_timeout_ratio"] = float(np.mean([e.startswith("time-out") for e in errors]))
+    if "pred" in columns and len(columns["pred"]):
+        metrics["reward/no_answer_ratio"] = float(np.mean([str(p) == "" for p in columns["pred"]]))
+    if "acc" in columns and len(columns["acc"]):
+        metrics["reward/acc_mean"] = float(np.mean(np.asarray(columns["acc"], dtype=np.float64)))
+    if "overlong" in columns and len(columns["overlong"]):
+        metrics["overlong/truncated_ratio"] = float(np.mean(np.asarray(columns["overlong"], dtype=np.float64)))
+    if "overlong_reward" in columns and len(columns["overlong_reward"]):
+        penalties = np.asarray(columns["overlong_reward"], dtype=np.float64)
+        metrics["overlong/penalized_ratio"] = float(np.mean(penalties < 0))
+        metrics["overlong/reward_mean"] = float(penalties.mean())
+    return metrics

@@ -1,0 +1,115 @@
+"""``reward.reward_kwargs`` for the ``recipe_dapo`` reward manager, read and checked once at start-up.
+
+Keys (all optional; the first five have the meaning they have for verl's own ``dapo`` manager)::
+
+    reward:
+      reward_kwargs:
+        overlong_buffer_cfg:
+          enable: false           # soft overlong punishment (paper eq. 13) on/off
+          len: 4096               # L_cache, the punishment buffer at the end of the length budget
+          penalty_factor: 1.0     # scale of the penalty (1.0 in the paper)
+          log: false              # accepted for compatibility; overlong keys are always reported
+        max_resp_len: null        # L_max; null means data.max_response_length
+        verify_timeout_s: 2.0     # limit of one symbolic (math-verify) check
+        symbolic_check: null      # null: use math-verify when installed; true: require it; false: never
+        custom_score_timeout_s: 60.0  # limit of a user's reward.custom_reward_function per sample
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from recipe_dapo.overlong import check_overlong_buffer
+from recipe_dapo.reward.verifier import DEFAULT_TIMEOUT_S
+
+_KWARGS = "reward.reward_kwargs"
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """Everything the manager reads from the config, already checked."""
+
+    overlong_enable: bool = False
+    """Add the soft overlong penalty to the correctness score."""
+    overlong_buffer_len: int = 0
+    """L_cache in tokens (only meaningful when ``overlong_enable``)."""
+    overlong_penalty_factor: float = 1.0
+    """Multiplier of the penalty."""
+    max_resp_len: int = 0
+    """L_max in tokens, the end of the punishment buffer."""
+    rollout_budget: int = 0
+    """Tokens the rollout may generate; a response that used them all without EOS was truncated."""
+    verify_timeout_s: float = DEFAULT_TIMEOUT_S
+    """Wall-clock limit of one symbolic check of our verifier."""
+    symbolic_check: bool | None = None
+    """math-verify for non-identical answers: None = when installed, True = required, False = off."""
+    custom_score_timeout_s: float = 60.0
+    """Wall-clock limit of a user's ``compute_score`` for one sample."""
+
+    @classmethod
+    def from_config(cls, config: Any) -> RewardSettings:
+        """Read ``reward.reward_kwargs`` (and the lengths it defaults to) from verl's trainer config."""
+        max_response_length = config_value(config, "data.max_response_length")
+        max_resp_len = config_value(config, f"{_KWARGS}.max_resp_len")
+        if max_resp_len is None:
+            max_resp_len = max_response_length
+        rollout_budget = config_value(config, "actor_rollout_ref.rollout.response_length")
+        if rollout_budget is None:
+            rollout_budget = max_response_length
+        for key, value in ((f"{_KWARGS}.max_resp_len", max_resp_len), ("data.max_response_length", rollout_budget)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{key} must be a positive number of tokens, got {value!r}; set it in the config")
+
+        buffer = config_value(config, f"{_KWARGS}.overlong_buffer_cfg") or {}
+        enable = bool(buffer.get("enable", False))
+        buffer_len = buffer.get("len", 0) if enable else 0
+        penalty_factor = float(buffer.get("penalty_factor", 1.0))
+        if enable:
+            if not isinstance(buffer_len, int) or isinstance(buffer_len, bool):
+                raise ValueError(f"{_KWARGS}.overlong_buffer_cfg.len must be an integer, got {buffer_len!r}")
+            check_overlong_buffer(max_resp_len, buffer_len)
+            if penalty_factor < 0:
+                raise ValueError(
+                    f"{_KWARGS}.overlong_buffer_cfg.penalty_factor must be >= 0 (it scales a penalty), "
+                    f"got {penalty_factor}"
+                )
+
+        verify_timeout_s = float(config_value(config, f"{_KWARGS}.verify_timeout_s", DEFAULT_TIMEOUT_S))
+        custom_timeout_s = float(config_value(config, f"{_KWARGS}.custom_score_timeout_s", 60.0))
+        for key, value in (("verify_timeout_s", verify_timeout_s), ("custom_score_timeout_s", custom_timeout_s)):
+            if not value > 0:
+                raise ValueError(f"{_KWARGS}.{key} must be a positive number of seconds, got {value}")
+        symbolic_check = config_value(config, f"{_KWARGS}.symbolic_check")
+        if symbolic_check not in (None, True, False):
+            raise ValueError(
+                f"{_KWARGS}.symbolic_check must be null (use math-verify when installed), true or false, "
+                f"got {symbolic_check!r}"
+            )
+        return cls(
+            overlong_enable=enable,
+            overlong_buffer_len=buffer_len,
+            overlong_penalty_factor=penalty_factor,
+            max_resp_len=max_resp_len,
+            rollout_budget=rollout_budget,
+            verify_timeout_s=verify_timeout_s,
+            symbolic_check=symbolic_check,
+            custom_score_timeout_s=custom_timeout_s,
+        )
+
+
+def config_value(config: Any, key: str, default: Any = None) -> Any:
+    """``config.a.b.c`` or ``default`` when a level is missing or null (DictConfig or plain dicts)."""
+    if isinstance(config, DictConfig):
+        value = OmegaConf.select(config, key, default=default)
+        if isinstance(value, DictConfig):
+            return OmegaConf.to_container(value, resolve=True)
+        return default if value is None else value
+    node = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or node.get(part) is None:
+            return default
+        node = node[part]
+    return node

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Prepare every DAPO data set as a verl RL parquet file.
+#
+#   bash scripts/prepare_data.sh OUT_DIR
+#
+# Writes OUT_DIR/{dapo-math-17k,aime-2024,aime-2025,amc23,math500,gsm8k}.parquet with the DAPO prompt
+# template, normalised answers and deduplicated problems. Assumes the recipe is installed in the `python`
+# on PATH (pip install -e .). Sources: the public Hugging Face copies (needs network and `datasets`), or,
+# with DAPO_DATA_LOCAL_DIR set to a folder laid out like ../shared/data, the local copies there.
+set -euo pipefail
+
+if [[ $# -lt 1 ]]; then
+    echo "usage: bash scripts/prepare_data.sh OUT_DIR   (DAPO_DATA_LOCAL_DIR=DIR reads local copies)" >&2
+    exit 2
+fi
+OUT_DIR=$1
+shift
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# The recipe from this checkout wins even if the user's python has not installed it.
+export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+exec python "$REPO_ROOT/data_prep/prepare_all.py" "$OUT_DIR" "$@"

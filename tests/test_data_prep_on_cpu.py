@@ -1,0 +1,359 @@
+"""Data preparation: converters on the shared offline copies, answer normalisation, bad-input errors.
+
+The shared copies are read in place from ``../shared/data`` (or ``$SHARED_DATA_DIR``); tests that need
+them skip with the reason when neither exists. Synthetic bad files are written to ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from recipe_dapo.data import (
+    DATASETS,
+    RLDataError,
+    apply_dapo_template,
+    convert_dataset,
+    gsm8k_final_answer,
+    normalize_ground_truth,
+    prepare_all,
+    strip_dapo_template,
+    validate_rl_parquet,
+)
+from recipe_dapo.data.cli import main as data_cli
+from recipe_dapo.data.template import DAPO_PROMPT_PREFIX, DAPO_PROMPT_SUFFIX
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path | None:
+    for candidate in (REPO_ROOT.parent / "shared" / "data", os.environ.get("SHARED_DATA_DIR")):
+        if candidate and (Path(candidate) / "eval").is_dir():
+            return Path(candidate)
+    return None
+
+
+SHARED = shared_data_dir()
+needs_shared = pytest.mark.skipif(SHARED is None, reason="shared data not found at ../shared/data or $SHARED_DATA_DIR")
+
+# Row counts published for each set (issue 7): DAPO-Math-17k has 17,917 problems (17,290 distinct texts:
+# distinct problems may share a text, so deduplication is by problem id, see recipe_dapo.data.convert).
+PUBLISHED_ROW_COUNTS = {
+    "dapo-math-17k": 17_917,
+    "aime-2024": 30,
+    "aime-2025": 30,
+    "amc23": 40,
+    "math500": 500,
+    "gsm8k": 1_319,
+}
+
+
+def prompt_text(row) -> str:
+    return row["prompt"][0]["content"]
+
+
+def write_parquet(path: Path, records: list[dict]) -> Path:
+    pd.DataFrame(records).to_parquet(path, index=False)
+    return path
+
+
+def good_rl_record(problem: str = "1+1?", answer: str = "2") -> dict:
+    return {
+        "data_source": "toy",
+        "prompt": [{"role": "user", "content": apply_dapo_template(problem)}],
+        "ability": "math",
+        "reward_model": {"ground_truth": answer, "style": "rule"},
+        "extra_info": {"index": 0},
+    }
+
+
+# ---------------------------------------------------------------- converters on the shared copies
+
+
+@needs_shared
+@pytest.mark.parametrize("name", list(PUBLISHED_ROW_COUNTS))
+def test_each_converter_writes_the_published_row_count_of_valid_templated_rows(name, tmp_path):
+    result = convert_dataset(name, tmp_path, local_dir=str(SHARED), progress=False)
+
+    assert result.rows_written == PUBLISHED_ROW_COUNTS[name]
+    assert validate_rl_parquet(result.output_path) == PUBLISHED_ROW_COUNTS[name]
+    frame = pd.read_parquet(result.output_path)
+    assert set(frame["data_source"]) == {DATASETS[name].data_source}
+    prompts = frame.apply(prompt_text, axis=1)
+    assert prompts.map(lambda p: p.startswith(DAPO_PROMPT_PREFIX) and p.endswith(DAPO_PROMPT_SUFFIX)).all()
+    assert prompts.map(lambda p: p.count("The last line of your response should be of the form") == 1).all()
+    assert frame["extra_info"].map(lambda info: info["index"]).tolist() == list(range(len(frame)))
+    ground_truths = frame["reward_model"].map(lambda rm: rm["ground_truth"])
+    assert (ground_truths.map(normalize_ground_truth) == ground_truths).all()
+
+
+@needs_shared
+def test_aime_960_row_release_collapses_to_its_30_problems(tmp_path):
+    source = SHARED / "eval" / "aime-2024-dapo-960.parquet"
+    result = convert_dataset("aime-2024", tmp_path, input_path=str(source), progress=False)
+
+    # 30 problems x 32 copies, each copy keeping its problem's extra_info.index.
+    assert (result.rows_read, result.rows_written) == (960, 30)
+    frame = pd.read_parquet(result.output_path)
+    assert frame.apply(prompt_text, axis=1).nunique() == 30
+
+
+@needs_shared
+def test_bare_and_templated_dapo_copies_give_the_same_problems_and_answers(tmp_path):
+    templated = convert_dataset("dapo-math-17k", tmp_path / "a", local_dir=str(SHARED), progress=False)
+    bare = convert_dataset(
+        "dapo-math-17k",
+        tmp_path / "b",
+        input_path=str(SHARED / "dapo-math-17k" / "dapo-math-17k.svs-dedup.parquet"),
+        progress=False,
+    )
+    a, b = pd.read_parquet(templated.output_path), pd.read_parquet(bare.output_path)
+
+    assert len(a) == len(b) == 17_917
+    assert (
+        a["reward_model"].map(lambda rm: rm["ground_truth"]).tolist()
+        == b["reward_model"].map(lambda rm: rm["ground_truth"]).tolist()
+    )
+    # The templated release keeps its own whitespace inside the template; the problems agree once stripped.
+    bare_problems = b["extra_info"].map(lambda info: info["raw_problem"])
+    assert (a["extra_info"].map(lambda info: info["raw_problem"].strip()) == bare_problems).all()
+
+
+@needs_shared
+def test_original_release_repetition_is_undone_by_problem_id(tmp_path):
+    # The original release repeats every problem ~100 times under one index; three tiled copies of the
+    # first 500 problems stand in for it and must give those 500 problems back.
+    frame = pd.read_parquet(SHARED / "dapo-math-17k" / "dapo-math-17k.parquet").head(500)
+    repeated = write_parquet(tmp_path / "repeated.parquet", pd.concat([frame] * 3).to_dict(orient="records"))
+
+    result = convert_dataset("dapo-math-17k", tmp_path / "out", input_path=str(repeated), progress=False)
+
+    assert (result.rows_read, result.rows_written) == (1_500, 500)
+
+
+@needs_shared
+def test_per_row_ids_fall_back_to_prompt_deduplication_with_a_warning(tmp_path, caplog):
+    frame = pd.read_parquet(SHARED / "dapo-math-17k" / "dapo-math-17k.parquet").head(500)
+    records = pd.concat([frame] * 3).to_dict(orient="records")
+    for row, record in enumerate(records):
+        record["extra_info"] = {"index": f"uuid-{row}"}  # every copy has its own id
+    repeated = write_parquet(tmp_path / "per_row_ids.parquet", records)
+    distinct_texts = frame.apply(prompt_text, axis=1).nunique()
+
+    with caplog.at_level(logging.WARNING, logger="recipe_dapo.data.convert"):
+        result = convert_dataset("dapo-math-17k", tmp_path / "out", input_path=str(repeated), progress=False)
+
+    assert result.rows_written == distinct_texts
+    assert "deduplicating by prompt text instead" in caplog.text
+
+
+@needs_shared
+def test_prepare_data_script_writes_all_six_files_from_the_local_folder(tmp_path):
+    env = dict(os.environ, DAPO_DATA_LOCAL_DIR=str(SHARED))
+    # The script runs the `python` on PATH: put this interpreter first.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    completed = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "prepare_data.sh"), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    written = sorted(p.name for p in tmp_path.glob("*.parquet"))
+    assert written == sorted(spec.output_file for spec in DATASETS.values())
+    for name, count in PUBLISHED_ROW_COUNTS.items():
+        assert validate_rl_parquet(tmp_path / DATASETS[name].output_file) == count
+
+
+@needs_shared
+def test_shared_verl_layout_files_pass_the_validator_as_they_are():
+    assert validate_rl_parquet(SHARED / "eval" / "aime-2024-dapo-960.parquet") == 960
+    assert validate_rl_parquet(SHARED / "eval" / "amc23.parquet") == 40
+
+
+# ---------------------------------------------------------------- template and answers
+
+
+def test_template_is_applied_once_and_never_doubled():
+    wrapped = apply_dapo_template("  What is 2+2? \n")
+
+    assert wrapped == DAPO_PROMPT_PREFIX + "What is 2+2?" + DAPO_PROMPT_SUFFIX
+    assert apply_dapo_template(wrapped) == wrapped
+    assert apply_dapo_template(DAPO_PROMPT_PREFIX + "What is 2+2?") == wrapped  # half-wrapped input
+    assert strip_dapo_template(wrapped) == "What is 2+2?"
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("025", "25"),  # AIME leading zeros
+        ("-007", "-7"),
+        ("+3", "3"),
+        ("-0", "0"),
+        ("1,319", "1319"),  # thousands separators
+        ("1{,}000", "1000"),
+        ("12\\,345", "12345"),
+        ("1,5", "1,5"),  # not a group of three digits: a pair, left alone
+        (" $42$ ", "42"),
+        ("\\boxed{17}", "17"),
+        ("\\boxed{1}+\\boxed{2}", "\\boxed{1}+\\boxed{2}"),  # the box does not wrap the whole answer
+        (27.0, "27"),  # a float cell from a Hub copy
+        (204, "204"),
+        ("2.50", "2.5"),
+        ("27.000", "27"),
+        (".5", "0.5"),
+        ("\\frac{14}{3}", "\\frac{14}{3}"),  # LaTeX untouched
+        ("\\left( 3, \\frac{\\pi}{2} \\right)", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+    ],
+)
+def test_ground_truths_are_normalised_to_one_spelling(raw, expected):
+    assert normalize_ground_truth(raw) == expected
+
+
+@needs_shared
+def test_the_verifier_accepts_every_original_answer_against_its_normalised_ground_truth():
+    # Normalisation must never change what counts as correct: for each shared answer that it rewrites
+    # ("025", "18.90", ".35625", "1,000" ...), the recipe's verifier accepts the original spelling as a
+    # response against the normalised ground truth.
+    from recipe_dapo.reward import verify
+
+    raw_answers = set()
+    for name in (
+        "dapo-math-17k/dapo-math-17k.parquet",
+        "eval/aime-2024.parquet",
+        "eval/aime-2025.parquet",
+        "eval/amc23.parquet",
+        "eval/math500-aime24-aime25.svs.parquet",
+    ):
+        raw_answers |= set(pd.read_parquet(SHARED / name)["reward_model"].map(lambda rm: rm["ground_truth"]))
+    for name, key in (("math500_test.jsonl", "answer"), ("gsm8k_test.jsonl", "answer")):
+        for line in (SHARED / "eval" / name).read_text().splitlines():
+            answer = json.loads(line)[key]
+            raw_answers.add(answer.rsplit("####", 1)[1].strip() if "####" in answer else answer)
+    rewritten = {raw: normalize_ground_truth(raw) for raw in raw_answers if normalize_ground_truth(raw) != raw}
+
+    assert rewritten, "expected some answers to be rewritten (leading zeros, separators, decimals)"
+    rejected = {
+        raw: normal
+        for raw, normal in rewritten.items()
+        if not verify(f"Answer: {raw}", normal, symbolic_check=False).correct
+    }
+    assert rejected == {}
+
+
+def test_gsm8k_final_answer_is_the_number_after_the_last_marker():
+    assert gsm8k_final_answer("She sells 1,000 eggs.\n#### 1,200") == "1200"
+    assert gsm8k_final_answer("no marker here") == ""
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_missing_column_names_the_file_and_the_column(tmp_path):
+    record = good_rl_record()
+    del record["reward_model"]
+    path = write_parquet(tmp_path / "no_reward_model.parquet", [record])
+
+    with pytest.raises(RLDataError) as caught:
+        validate_rl_parquet(path)
+
+    assert (caught.value.path, caught.value.row, caught.value.field) == (str(path), None, "reward_model")
+    assert "column is missing" in str(caught.value) and str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "break_row, field, problem",
+    [
+        (lambda r: r.update(prompt=[{"role": "user", "content": "   "}]), "prompt[0].content", "prompt is empty"),
+        (lambda r: r.update(prompt=[]), "prompt", "prompt is empty"),
+        (lambda r: r["reward_model"].update(ground_truth=None), "reward_model.ground_truth", "ground truth is missing"),
+        (lambda r: r["reward_model"].update(ground_truth=" "), "reward_model.ground_truth", "ground truth is empty"),
+        (lambda r: r.update(data_source=""), "data_source", "non-empty string"),
+    ],
+    ids=["blank-content", "no-messages", "missing-ground-truth", "empty-ground-truth", "empty-data-source"],
+)
+def test_bad_row_names_the_file_the_row_and_the_field(tmp_path, break_row, field, problem):
+    records = [good_rl_record("a?"), good_rl_record("b?"), good_rl_record("c?")]
+    break_row(records[2])
+    path = write_parquet(tmp_path / "bad.parquet", records)
+
+    with pytest.raises(RLDataError) as caught:
+        validate_rl_parquet(path)
+
+    assert (caught.value.row, caught.value.field) == (2, field)
+    message = str(caught.value)
+    assert str(path) in message and "row 2" in message and f"'{field}'" in message and problem in message
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+@pytest.mark.parametrize(
+    "bad_record, field, problem",
+    [
+        ({"problem": "x?"}, "answer", "ground truth is missing"),
+        ({"problem": "x?", "answer": ""}, "answer", "ground truth is empty"),
+        ({"problem": "", "answer": "3"}, "problem", "prompt is empty"),
+    ],
+    ids=["missing-answer", "empty-answer", "empty-problem"],
+)
+def test_bad_jsonl_row_is_refused_by_the_converter_with_its_row_and_field(tmp_path, bad_record, field, problem):
+    path = write_jsonl(tmp_path / "math.jsonl", [{"problem": "1+1?", "answer": "2"}, bad_record])
+
+    with pytest.raises(RLDataError) as caught:
+        convert_dataset("math500", tmp_path / "out", input_path=str(path), progress=False)
+
+    assert (caught.value.path, caught.value.row, caught.value.field) == (str(path), 1, field)
+    assert problem in str(caught.value)
+    assert not (tmp_path / "out" / "math500.parquet").exists()
+
+
+def test_gsm8k_answer_without_its_final_marker_is_refused(tmp_path):
+    path = write_jsonl(tmp_path / "gsm8k.jsonl", [{"question": "How many?", "answer": "Three, no marker."}])
+
+    with pytest.raises(RLDataError, match=r"row 0, field 'answer': ground truth is empty"):
+        convert_dataset("gsm8k", tmp_path / "out", input_path=str(path), progress=False)
+
+
+def test_source_without_a_problem_column_is_refused_before_reading_rows(tmp_path):
+    path = write_jsonl(tmp_path / "odd.jsonl", [{"text": "1+1?", "answer": "2"}])
+
+    with pytest.raises(RLDataError, match="no problem column"):
+        convert_dataset("math500", tmp_path / "out", input_path=str(path), progress=False)
+
+
+@needs_shared
+def test_incomplete_local_folder_fails_before_any_file_is_written(tmp_path):
+    local = tmp_path / "local"
+    (local / "eval").mkdir(parents=True)
+    (local / "eval" / "aime-2024.parquet").symlink_to(SHARED / "eval" / "aime-2024.parquet")
+
+    with pytest.raises(FileNotFoundError, match=r"aime-2025: none of .*eval/aime-2025.parquet"):
+        prepare_all(tmp_path / "out", local_dir=str(local), names=["aime-2024", "aime-2025"], progress=False)
+
+    assert not (tmp_path / "out").exists()
+
+
+def test_command_line_reports_a_bad_file_in_one_line_and_exits_2(tmp_path, capsys):
+    record = good_rl_record()
+    record["reward_model"] = {"ground_truth": "", "style": "rule"}
+    path = write_parquet(tmp_path / "bad.parquet", [record])
+
+    assert data_cli(["validate", str(path)]) == 2
+
+    error = capsys.readouterr().err.strip()
+    assert (
+        error == f"error: {path}, row 0, field 'reward_model.ground_truth': ground truth is empty. "
+        "Fix: give the row its reference answer or drop the row"
+    )

@@ -1,0 +1,326 @@
+"""The ``recipe_dapo`` reward manager on real verl objects: a config composed from verl's own Hydra
+``ppo_trainer``, the Qwen2.5 tokenizer, a padded ``DataProto`` batch, and verl's ``RewardLoopWorker`` calling
+the manager exactly as a reward-loop Ray actor does (one ``run_single`` per sample, gathered)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf, open_dict
+from transformers import AutoTokenizer
+
+from verl import DataProto
+from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+from verl.utils.ray_utils import get_event_loop
+
+import recipe_dapo.reward.manager  # noqa: F401  (registers "recipe_dapo", as plugin.py does)
+from recipe_dapo.overlong import truncated_responses
+from recipe_dapo.reward.manager import REWARD_EXTRA_KEYS, decode_tail, is_truncated
+from recipe_dapo.reward.metrics import reward_metrics
+from recipe_dapo.reward.settings import RewardSettings
+
+TOKENIZER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "qwen2.5-tokenizer")
+if not os.path.isdir(TOKENIZER_DIR):
+    TOKENIZER_DIR = "/work/shared/data/qwen2.5-tokenizer"
+
+MAX_RESPONSE_LENGTH = 32  # L_max, also the rollout budget (data.max_response_length)
+BUFFER_LEN = 8  # L_cache: responses longer than 24 tokens are punished
+PROMPT_LENGTH = 16
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+
+
+@pytest.fixture(scope="module")
+def base_config():
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(
+            config_name="ppo_trainer",
+            overrides=[
+                f"data.max_response_length={MAX_RESPONSE_LENGTH}",
+                f"data.max_prompt_length={PROMPT_LENGTH}",
+                f"actor_rollout_ref.model.path={TOKENIZER_DIR}",
+                "reward.reward_manager.name=recipe_dapo",
+                "reward.num_workers=1",
+                "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+                f"+reward.reward_kwargs.overlong_buffer_cfg.len={BUFFER_LEN}",
+                "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+                "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
+                "+reward.reward_kwargs.max_resp_len=null",
+            ],
+        )
+    return config
+
+
+def with_overrides(config, **dotted):
+    config = OmegaConf.create(OmegaConf.to_container(config))  # deep copy, interpolations kept
+    with open_dict(config):
+        for key, value in dotted.items():
+            OmegaConf.update(config, key.replace("__", "."), value, force_add=True)
+    return config
+
+
+def response_ids(tokenizer, text: str, length: int, end_with_eos: bool) -> list[int]:
+    """``text`` tokenised, padded with filler before it to exactly ``length`` tokens (EOS last if asked)."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    tail = ids + ([tokenizer.eos_token_id] if end_with_eos else [])
+    filler = tokenizer(" ok", add_special_tokens=False)["input_ids"] * length
+    assert len(tail) <= length
+    return filler[: length - len(tail)] + tail
+
+
+def padded_batch(tokenizer, rows: list[tuple[list[int], object]]) -> DataProto:
+    """verl's padded layout: left-padded prompts, right-padded responses, one attention mask over both."""
+    prompt = tokenizer("Solve it.", add_special_tokens=False)["input_ids"]
+    pad = tokenizer.pad_token_id
+    prompts, responses, attention = [], [], []
+    for ids, _ in rows:
+        prompts.append([pad] * (PROMPT_LENGTH - len(prompt)) + prompt)
+        responses.append(ids + [pad] * (MAX_RESPONSE_LENGTH - len(ids)))
+        attention.append([0] * (PROMPT_LENGTH - len(prompt)) + [1] * len(prompt) + [1] * len(ids)
+                         + [0] * (MAX_RESPONSE_LENGTH - len(ids)))
+    prompts, responses, attention = (torch.tensor(x) for x in (prompts, responses, attention))
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention,
+            "position_ids": (attention.cumsum(dim=1) - 1).clamp(min=0),
+        },
+        non_tensors={
+            "data_source": np.array(["math_dapo"] * len(rows), dtype=object),
+            "reward_model": np.array([{"ground_truth": gt, "style": "rule"} for _, gt in rows], dtype=object),
+            "extra_info": np.array([{"index": i} for i in range(len(rows))], dtype=object),
+        },
+    )
+
+
+def score_like_verl(config, batch: DataProto) -> DataProto:
+    """What ``RewardLoopManager.compute_rm_score`` does with one worker, without Ray."""
+    worker = RewardLoopWorker(config)
+    outputs = get_event_loop().run_until_complete(worker.compute_score_batch(batch))
+    manager_cls = get_reward_manager_cls(config.reward.reward_manager.name)
+    rm_scores = manager_cls.assemble_rm_scores(batch, [o["reward_score"] for o in outputs])
+    infos = [o["reward_extra_info"] for o in outputs]
+    keys = list(infos[0].keys())  # verl takes the schema from the first sample
+    return DataProto.from_dict(
+        tensors={"rm_scores": rm_scores},
+        non_tensors={key: np.array([info[key] for info in infos]) for key in keys},
+        meta_info={"reward_extra_keys": keys},
+    )
+
+
+def test_manager_scores_a_padded_batch_with_correctness_plus_soft_overlong_penalty(tokenizer, base_config):
+    rows = [
+        (response_ids(tokenizer, "So.\nAnswer: 42", 10, True), "42"),  # right, short
+        (response_ids(tokenizer, "Answer: 41", 10, True), 42),  # wrong (int ground truth)
+        (response_ids(tokenizer, "I give up", 10, True), "42"),  # no answer
+        (response_ids(tokenizer, "Answer: 42", 28, True), "42"),  # right, 4 tokens into the buffer
+        (response_ids(tokenizer, "Answer: 42", 32, True), "42"),  # right, exactly L_max, ended by EOS
+        (response_ids(tokenizer, "Answer: 42", 32, False), "42"),  # right, cut at L_max without EOS
+    ]
+    batch = padded_batch(tokenizer, rows)
+    result = score_like_verl(base_config, batch)
+
+    # reward = score + overlong_reward, overlong_reward = clamp(((32 - 8) - |y|) / 8, -1, 0):
+    #   |y| = 10 -> 0;  |y| = 28 -> (24 - 28) / 8 = -0.5;  |y| = 32 -> (24 - 32) / 8 = -1.0
+    expected_penalty = [0.0, 0.0, 0.0, -0.5, -1.0, -1.0]
+    expected_score = [1.0, -1.0, -1.0, 1.0, 1.0, 1.0]
+    expected_reward = [s + p for s, p in zip(expected_score, expected_penalty)]  # [1, -1, -1, 0.5, 0, 0]
+    info = result.non_tensor_batch
+    assert result.meta_info["reward_extra_keys"] == list(REWARD_EXTRA_KEYS)
+    assert info["score"].tolist() == expected_score
+    assert info["acc"].tolist() == [True, False, False, True, True, True]
+    assert info["pred"].tolist() == ["42", "41", "", "42", "42", "42"]
+    assert info["overlong_reward"].tolist() == pytest.approx(expected_penalty)
+    assert info["response_length"].tolist() == [10, 10, 10, 28, 32, 32]
+    assert info["verify_error"].tolist() == [""] * 6
+    # Only the last response was truncated; the one of exactly L_max tokens ended on its own.
+    assert info["overlong"].tolist() == [False, False, False, False, False, True]
+    assert info["overlong"].tolist() == truncated_responses(
+        batch.batch["responses"], batch.batch["attention_mask"][:, PROMPT_LENGTH:], [tokenizer.eos_token_id]
+    ).tolist()
+    # verl puts each reward on the last valid response token.
+    rm_scores = result.batch["rm_scores"]
+    last = torch.tensor([10, 10, 10, 28, 32, 32]) - 1
+    assert rm_scores[torch.arange(6), last].tolist() == pytest.approx(expected_reward)
+    assert rm_scores.sum().item() == pytest.approx(sum(expected_reward))
+
+    metrics = reward_metrics(info)
+    assert metrics["reward/verify_error_ratio"] == 0.0
+    assert metrics["reward/no_answer_ratio"] == pytest.approx(1 / 6)
+    assert metrics["overlong/truncated_ratio"] == pytest.approx(1 / 6)
+    assert metrics["overlong/penalized_ratio"] == pytest.approx(3 / 6)
+
+
+def test_soft_penalty_at_the_buffer_start_inside_it_at_l_max_and_beyond(tokenizer, base_config):
+    # L_max = max_resp_len = 24 below the rollout budget of 32, L_cache = 8, so the buffer is (16, 24]:
+    #   |y| = 16 -> 0 (exactly L_max - L_cache);  20 -> (16 - 20) / 8 = -0.5;  24 -> -1.0;  30 -> -1.0 (beyond)
+    config = with_overrides(base_config, reward__reward_kwargs__max_resp_len=24)
+    lengths = [16, 20, 24, 30]
+    rows = [(response_ids(tokenizer, "Answer: 42", n, True), "42") for n in lengths]
+    info = score_like_verl(config, padded_batch(tokenizer, rows)).non_tensor_batch
+    assert info["overlong_reward"].tolist() == pytest.approx([0.0, -0.5, -1.0, -1.0])
+    assert info["response_length"].tolist() == lengths
+    assert info["overlong"].tolist() == [False] * 4  # all ended with EOS inside the rollout budget
+
+
+def test_streamed_unpadded_sample_uses_the_config_budget_to_detect_truncation(tokenizer, base_config):
+    # The agent loop sends each finished response unpadded with an all-ones mask (agent_loop._compute_score).
+    manager_cls = get_reward_manager_cls("recipe_dapo")
+    manager = manager_cls(base_config, tokenizer, compute_score=None)
+
+    def streamed(ids):
+        prompt = tokenizer("Solve it.", add_special_tokens=False)["input_ids"]
+        input_ids = torch.tensor([prompt + ids])
+        return DataProto.from_dict(
+            tensors={
+                "prompts": torch.tensor([prompt]),
+                "responses": torch.tensor([ids]),
+                "attention_mask": torch.ones_like(input_ids),
+                "input_ids": input_ids,
+                "position_ids": torch.arange(input_ids.shape[1])[None],
+            },
+            non_tensors={
+                "data_source": np.array(["math_dapo"], dtype=object),
+                "reward_model": np.array([{"ground_truth": "7"}], dtype=object),
+            },
+        )
+
+    short_cut = asyncio.run(manager.run_single(streamed(response_ids(tokenizer, "Answer: 7", 20, False))))
+    full_cut = asyncio.run(manager.run_single(streamed(response_ids(tokenizer, "Answer: 7", 32, False))))
+    assert short_cut["reward_extra_info"]["overlong"] is False  # 20 < 32 tokens: a width-20 tensor is not a cut
+    assert full_cut["reward_extra_info"]["overlong"] is True
+    assert full_cut["reward_score"] == pytest.approx(1.0 - 1.0)
+
+
+def test_max_resp_len_defaults_to_data_max_response_length_and_can_be_set(base_config):
+    assert RewardSettings.from_config(base_config).max_resp_len == MAX_RESPONSE_LENGTH
+    config = with_overrides(base_config, reward__reward_kwargs__max_resp_len=24)
+    settings = RewardSettings.from_config(config)
+    assert (settings.max_resp_len, settings.rollout_budget, settings.overlong_buffer_len) == (24, 32, 8)
+
+
+def test_without_reward_kwargs_the_penalty_is_off_and_lengths_come_from_data(base_config):
+    config = with_overrides(base_config)
+    with open_dict(config):
+        del config.reward["reward_kwargs"]
+    settings = RewardSettings.from_config(config)
+    assert (settings.overlong_enable, settings.max_resp_len, settings.rollout_budget) == (False, 32, 32)
+    assert (settings.symbolic_check, settings.verify_timeout_s) == (None, 2.0)
+
+
+@pytest.mark.parametrize("buffer_len", [MAX_RESPONSE_LENGTH, MAX_RESPONSE_LENGTH + 1, 0])
+def test_construction_refuses_a_buffer_not_shorter_than_the_maximum_length(tokenizer, base_config, buffer_len):
+    config = with_overrides(base_config, reward__reward_kwargs__overlong_buffer_cfg__len=buffer_len)
+    with pytest.raises(ValueError, match="overlong_buffer_cfg"):
+        get_reward_manager_cls("recipe_dapo")(config, tokenizer, compute_score=None)
+
+
+def test_disabled_buffer_adds_no_penalty_but_still_reports_truncation(tokenizer, base_config):
+    config = with_overrides(base_config, reward__reward_kwargs__overlong_buffer_cfg__enable=False)
+    batch = padded_batch(tokenizer, [(response_ids(tokenizer, "Answer: 42", 32, False), "42")])
+    info = score_like_verl(config, batch).non_tensor_batch
+    assert (info["score"][0], info["overlong_reward"][0], info["overlong"][0]) == (1.0, 0.0, True)
+
+
+def test_bad_reward_kwargs_fail_at_start_up_naming_the_key(tokenizer, base_config):
+    config = with_overrides(base_config, reward__reward_kwargs__symbolic_check="sometimes")
+    with pytest.raises(ValueError, match="reward.reward_kwargs.symbolic_check"):
+        get_reward_manager_cls("recipe_dapo")(config, tokenizer, compute_score=None)
+    config = with_overrides(base_config, reward__reward_kwargs__verify_timeout_s=0)
+    with pytest.raises(ValueError, match="reward.reward_kwargs.verify_timeout_s"):
+        get_reward_manager_cls("recipe_dapo")(config, tokenizer, compute_score=None)
+
+
+def test_a_users_custom_reward_function_replaces_ours_and_its_failures_score_minus_one(
+    tokenizer, base_config, tmp_path
+):
+    module = tmp_path / "my_reward.py"
+    module.write_text(textwrap.dedent("""
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+            if "crash" in solution_str:
+                raise ValueError("cannot parse")
+            return {"score": 0.25 + bonus, "acc": True, "pred": "mine", "extra": 1}
+    """))
+    config = with_overrides(
+        base_config,
+        reward__custom_reward_function__path=str(module),
+        reward__custom_reward_function__reward_kwargs={"bonus": 0.5},
+    )
+    rows = [(response_ids(tokenizer, "Answer: 1", 10, True), "2"), (response_ids(tokenizer, "crash", 10, True), "2")]
+    info = score_like_verl(config, padded_batch(tokenizer, rows)).non_tensor_batch
+    assert list(info) == list(REWARD_EXTRA_KEYS)  # the schema stays fixed: the user's "extra" key is dropped
+    assert info["score"].tolist() == [0.75, -1.0]
+    assert info["pred"].tolist() == ["mine", ""]
+    assert info["verify_error"].tolist() == ["", "ValueError: cannot parse"]
+
+
+def test_decode_tail_equals_the_end_of_the_full_decode(tokenizer):
+    # Multi-byte characters split across tokens, digits (one token each), and a special token inside.
+    text = ("解题过程：设 x=３，则 x² = 9。🙂 " * 40) + "1234567890" * 30 + "<|im_end|>" + "\nAnswer: 42"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    full = tokenizer.decode(ids, skip_special_tokens=True)
+    for min_chars in (10, 100, 500, 5000):
+        tail = decode_tail(tokenizer, torch.tensor(ids), min_chars=min_chars)
+        assert full.endswith(tail[-min_chars:]) and len(tail) >= min(len(full), min_chars)
+        assert tail[-min_chars:] == full[-min_chars:]
+
+
+def test_is_truncated_needs_the_whole_budget_and_no_stop_token():
+    stop = frozenset({2})
+    assert is_truncated(3, 5, rollout_budget=3, stop_ids=stop)
+    assert not is_truncated(3, 2, rollout_budget=3, stop_ids=stop)  # ended by EOS exactly at the budget
+    assert not is_truncated(2, 5, rollout_budget=3, stop_ids=stop)
+    assert is_truncated(4, 5, rollout_budget=3, stop_ids=stop)
+
+
+def test_our_compute_score_plugs_in_as_a_custom_reward_function_by_package_path(tokenizer, base_config):
+    config = with_overrides(
+        base_config,
+        reward__custom_reward_function__path="pkg://recipe_dapo.reward",
+        reward__custom_reward_function__name="compute_score",
+    )
+    rows = [(response_ids(tokenizer, "Answer: 7", 10, True), 7), (response_ids(tokenizer, "Answer: 8", 10, True), 7)]
+    info = score_like_verl(config, padded_batch(tokenizer, rows)).non_tensor_batch
+    assert info["score"].tolist() == [1.0, -1.0]
+    assert info["pred"].tolist() == ["7", "8"]
+
+
+def test_requiring_math_verify_when_it_is_missing_fails_at_start_up(tokenizer, base_config, monkeypatch):
+    from recipe_dapo.reward import symbolic
+
+    monkeypatch.setattr(symbolic, "math_verify_installed", lambda: False)
+    config = with_overrides(base_config, reward__reward_kwargs__symbolic_check=True)
+    with pytest.raises(ValueError, match="symbolic_check=true needs math-verify"):
+        get_reward_manager_cls("recipe_dapo")(config, tokenizer, compute_score=None)
+
+
+def test_reward_metrics_count_errors_time_outs_missing_answers_and_overlong():
+    columns = {
+        "verify_error": np.array(["", "time-out: symbolic checker still checking at the limit", "ValueError: x", ""]),
+        "pred": np.array(["1", "2", "", ""]),
+        "acc": np.array([True, False, False, False]),
+        "overlong": np.array([False, False, True, False]),
+        "overlong_reward": np.array([0.0, -0.5, -1.0, 0.0]),
+    }
+    # 2 of 4 errors, 1 of them a time-out; 2 of 4 empty preds; 1 right; 1 truncated; 2 penalised, mean -1.5/4
+    assert reward_metrics(columns) == {
+        "reward/verify_error_ratio": 0.5,
+        "reward/verify_timeout_ratio": 0.25,
+        "reward/no_answer_ratio": 0.5,
+        "reward/acc_mean": 0.25,
+        "overlong/truncated_ratio": 0.25,
+        "overlong/penalized_ratio": 0.5,
+        "overlong/reward_mean": -0.375,
+    }

@@ -1,0 +1,293 @@
+"""The DAPO answer verifier: extraction and normalisation rules on golden cases, the +1/-1 contract of
+``compute_score``, the optional symbolic step and its time limit, and the robustness cases of issue 5."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from recipe_dapo.reward import compute_score, extract_answer, normalize_answer, verify
+from recipe_dapo.reward import arithmetic, symbolic, verifier
+from recipe_dapo.reward.verifier import TAIL_CHARS, as_rational
+
+# Budget for the non-symbolic rules on any input; they are linear on <= TAIL_CHARS characters (~50 us),
+# so 50 ms leaves room for a slow CI machine and still catches a quadratic or backtracking rule.
+FAST_RULES_BUDGET_S = 0.05
+
+needs_math_verify = pytest.mark.skipif(not symbolic.math_verify_installed(), reason="extra 'math' not installed")
+
+
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("We get 6 * 7.\n\nAnswer: 42", "42"),  # the DAPO prompt's last line
+        ("Answer: 1\nso... wait.\nAnswer: 2", "2"),  # the last Answer line wins
+        ("answer:   -3  ", "-3"),  # any case, surrounding blanks dropped
+        ("**Answer:** $\\frac{3}{4}$", "$\\frac{3}{4}$"),  # markdown around the marker
+        ("Answer:\n\n17", "17"),  # answer on the line after the marker
+        ("Final Answer\uff1a 8", "8"),  # full-width colon
+        ("so \\boxed{12} is it", "12"),  # no Answer line: last box
+        ("\\boxed{1} then \\boxed{\\frac{a}{\\sqrt{b}}}", "\\frac{a}{\\sqrt{b}}"),  # nested braces matched
+        ("\\fbox{7}", "7"),
+        ("\\boxed 9 done", "9"),  # box without braces: the next word
+        ("\\boxed{5} and then \\boxed{6", ""),  # last box unclosed (truncated): no answer
+        ("Answer: \n\\boxed{4}", "\\boxed{4}"),  # a box inside the Answer line: the line (unwrapped later)
+        ("So our answer: 5?\nNo.\n\\boxed{6}", "6"),  # a box after the last Answer line wins
+        ("\\boxed{6}\nAnswer: 7", "7"),  # an Answer line after the last box wins
+        ("Answer: 7\n\\boxed{8", "7"),  # a later but unclosed box does not
+        ("no answer here", ""),
+        ("", ""),
+    ],
+)
+def test_extract_answer_reads_last_answer_line_then_last_box(response, expected):
+    assert extract_answer(response) == expected
+
+
+def test_extract_answer_reads_only_the_tail_of_the_response():
+    early = "Answer: 1\n" + "x" * TAIL_CHARS
+    assert extract_answer(early) == ""
+    assert extract_answer("y" * 100_000 + "\nAnswer: 5") == "5"
+
+
+@pytest.mark.parametrize(
+    "raw, normalized",
+    [
+        ("  42 ", "42"),  # whitespace
+        ("$42$", "42"),  # math delimiters
+        ("The answer is $5$.", "5"),  # last math segment of prose
+        ("\\(7\\)", "7"),
+        ("\\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}"),  # box unwrapped, \dfrac -> \frac
+        ("\\tfrac12", "\\frac{1}{2}"),  # \tfrac and shorthand
+        ("\\frac1{3}", "\\frac{1}{3}"),
+        ("\\sqrt2", "\\sqrt{2}"),
+        ("\\text{(B)}", "(B)"),  # \text{} unwrapped
+        ("\\left( 1, 2 \\right)", "(1,2)"),  # \left/\right dropped
+        ("1,000,000", "1000000"),  # thousands separators
+        ("1{,}234", "1234"),
+        ("10\\,000", "10000"),
+        ("3.", "3"),  # trailing period
+        ("90^\\circ", "90"),  # degree marks
+        ("90^{\\circ}", "90"),
+        ("45°", "45"),
+        ("50\\%", "50"),  # percent
+        ("\\$18.90", "18.90"),  # currency
+        ("12 cm", "12"),  # units after a number
+        ("5 square feet", "5"),
+        ("10 \\text{ inches}^2", "10"),
+        ("x = 5", "5"),  # variable on the left
+        ("a_1 = \\sqrt{2}", "\\sqrt{2}"),
+        ("3 + 4 = 7", "7"),  # number on the right
+        ("y = 2x + 3", "2x+3"),
+        ("x^2 + y = z^2 + 1", "x^2+y=z^2+1"),  # neither: kept
+        ("042", "42"),  # leading zeros of integers
+        ("-007", "-7"),
+        ("+5", "5"),
+        ("-0", "0"),
+        ("**12**", "12"),  # markdown bold
+        ("{{5}}", "5"),  # redundant braces
+        ("[1, 2)", "[1,2)"),  # intervals keep their brackets
+        ("4\x002\ufffd\ud800", "42"),  # control characters, U+FFFD and lone surrogates dropped
+        ("", ""),
+    ],
+)
+def test_normalize_answer_applies_each_documented_rule(raw, normalized):
+    assert normalize_answer(raw) == normalized
+
+
+@pytest.mark.parametrize(
+    "normalized, value",
+    [
+        ("42", Fraction(42)),
+        ("-3", Fraction(-3)),
+        ("0.50", Fraction(1, 2)),
+        (".25", Fraction(1, 4)),
+        ("3/4", Fraction(3, 4)),
+        ("\\frac{-1}{2}", Fraction(-1, 2)),
+        ("-\\frac{6}{4}", Fraction(-3, 2)),
+        ("\\frac{1}{0}", None),  # zero denominator: not a number
+        ("\\sqrt{2}", None),
+        ("1" * 65, None),  # too long to be an answer: compared as a string
+        ("", None),
+    ],
+)
+def test_as_rational_reads_integers_decimals_and_fractions_exactly(normalized, value):
+    assert as_rational(normalized) == value
+
+
+@pytest.mark.parametrize(
+    "expression, value",
+    [
+        ("2^{10}", Fraction(1024)),
+        ("2^{-2}", Fraction(1, 4)),
+        ("-2^2", Fraction(-4)),  # unary minus binds looser than ^
+        ("2^{3^2}", Fraction(512)),  # right-associative
+        ("3\\cdot14", Fraction(42)),
+        ("5\\times10^3", Fraction(5000)),
+        ("2(3+4)", Fraction(14)),  # juxtaposition multiplies
+        ("\\frac{84}{2}", Fraction(42)),
+        ("\\frac{1}{2}+\\frac{1}{3}", Fraction(5, 6)),
+        ("\\sqrt{1764}", Fraction(42)),  # perfect square: exact
+        ("\\sqrt[3]{27}", Fraction(3)),
+        ("\\sqrt{\\frac{9}{4}}", Fraction(3, 2)),
+        ("5!", Fraction(120)),
+        ("\\sqrt{2}", 2**0.5),  # irrational: a float
+        ("10^{10^{10}}", float("inf")),  # too big to compute exactly: overflows to inf instantly
+        ("2^10", None),  # LaTeX reads 2^1 0: ambiguous, left to the symbolic step
+        ("x+1", None),
+        ("1/0", None),
+        ("(1,2)", None),
+        ("{" * 40 + "1" + "}" * 40, None),  # nested deeper than MAX_DEPTH
+        ("1+" * 150 + "1", None),  # more than MAX_TOKENS tokens
+    ],
+)
+def test_arithmetic_evaluate_is_exact_when_it_can_be_and_gives_up_outside_its_bounds(expression, value):
+    result = arithmetic.evaluate(expression)
+    if isinstance(value, float):
+        assert isinstance(result, float) and (result == value or abs(result - value) < 1e-12)
+    else:
+        assert result == value and (value is None or isinstance(result, Fraction))
+
+
+@pytest.mark.parametrize(
+    "response, ground_truth, correct, method",
+    [
+        ("Answer: 42", "42", True, "exact"),
+        ("Answer: 42", 42, True, "exact"),  # int ground truth
+        ("Answer: 43", 42, False, "numeric"),
+        ("Answer: 5.0", "5", True, "numeric"),
+        ("Answer: 0.5", "\\frac{1}{2}", True, "numeric"),  # decimal vs fraction, exact
+        ("Answer: 0.333", "\\frac13", False, "numeric"),  # not exactly 1/3
+        ("Answer: 1/2", 0.5, True, "numeric"),  # float ground truth
+        ("Answer: 2^{5}", "32", True, "numeric"),  # arithmetic on numbers, evaluated exactly
+        ("Answer: \\sqrt{1765}", "42", False, "numeric"),  # 42.0119...: not within 1e-9
+        ("Answer: 10^{10^{10}}", "5", False, "numeric"),  # overflow is decided at once, no sympy
+        ("Answer: x + 1", "5", False, "mismatch"),  # a variable cannot equal a number: no symbolic call
+        ("Answer: (1, 5)", "5", False, "mismatch"),  # nor can a tuple
+        ("Answer: \\pi", "3", False, "mismatch"),
+        ("Answer: 7", ["6", "7"], True, "exact"),  # several acceptable answers
+        ("Answer: 7", np.int64(7), True, "exact"),  # numpy scalar from a parquet column
+        ("I cannot solve it.", "7", False, "no_answer"),
+        ("Answer: $$", "7", False, "no_answer"),
+        ("Answer: 7", None, False, "mismatch"),  # missing ground truth: wrong, not a crash
+    ],
+)
+def test_verify_decides_without_math_verify_where_the_rules_suffice(response, ground_truth, correct, method):
+    verdict = verify(response, ground_truth, symbolic_check=False)
+    assert (verdict.correct, verdict.method, verdict.error) == (correct, method, "")
+
+
+def test_compute_score_has_verls_custom_reward_signature_and_keys():
+    right = compute_score("math_dapo", "Thus.\nAnswer: 12", 12, extra_info={"index": 0})
+    wrong = compute_score(data_source="math_dapo", solution_str="Answer: 13", ground_truth="12")
+    missing = compute_score("math_dapo", "no idea", "12", None, reward_router_address=None)
+    assert right == {"score": 1.0, "acc": True, "pred": "12", "verify_error": ""}
+    assert wrong == {"score": -1.0, "acc": False, "pred": "13", "verify_error": ""}
+    assert missing == {"score": -1.0, "acc": False, "pred": "", "verify_error": ""}
+
+
+def test_verify_works_without_math_verify_installed(monkeypatch):
+    monkeypatch.setattr(symbolic, "math_verify_installed", lambda: False)
+    verdict = verify("Answer: \\pi/2", "\\frac{\\pi}{2}")  # needs symbolic maths: wrong without it
+    assert (verdict.correct, verdict.method, verdict.error) == (False, "mismatch", "")
+    assert verify("Answer: \\frac{3}{6}", "0.5").correct  # exact rules still apply
+    # Inexact but within 1e-9 relative: sqrt(3)/2 = 0.8660254037844386 on both sides, accepted without sympy.
+    assert verify("Answer: \\sqrt{3}/2", "\\frac{\\sqrt{3}}{2}").method == "numeric"
+
+
+def test_an_exception_in_verification_scores_minus_one_and_is_reported(monkeypatch):
+    def broken(_):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(verifier, "_clean", broken)
+    result = compute_score("math_dapo", "Answer: 42", "42")
+    assert result == {"score": -1.0, "acc": False, "pred": "42", "verify_error": "RuntimeError: boom"}
+
+
+@needs_math_verify
+@pytest.mark.parametrize(
+    "answer, ground_truth, correct",
+    [
+        ("\\sqrt{3}/2", "\\frac{\\sqrt{3}}{2}", True),  # radicals
+        ("3\\sqrt{2}", "\\sqrt{18}", True),
+        ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}", True),
+        ("2^{10}", "1024", True),  # arithmetic of numbers against an integer
+        ("5\\times10^3", "5000", True),
+        ("\\{2, 1\\}", "\\{1,2\\}", True),  # sets
+        ("(1, 3]", "(1,3]", True),  # intervals (equal after whitespace removal already)
+        ("\\sqrt{2}", "\\sqrt{3}", False),
+        ("2^{11}", "1024", False),
+    ],
+)
+def test_symbolic_check_confirms_equivalent_forms(answer, ground_truth, correct):
+    verifier.clear_symbolic_cache()
+    verdict = verify(f"Answer: {answer}", ground_truth, symbolic_check=True, timeout_s=30)
+    assert (verdict.correct, verdict.error) == (correct, "")
+
+
+@needs_math_verify
+def test_symbolic_time_out_kills_the_check_scores_minus_one_and_the_checker_recovers():
+    checker = symbolic.default_checker()
+    assert verify("Answer: 2^{3}", "8", timeout_s=30).correct  # warm: the child has imported sympy
+    verifier.clear_symbolic_cache()
+    kills = checker.kills
+    start = time.monotonic()
+    verdict = verify("Answer: 10^{10^{10}}", "\\pi", timeout_s=1.0)  # sympy builds a 10-billion-digit integer
+    elapsed = time.monotonic() - start
+    assert (verdict.correct, verdict.method) == (False, "error")
+    assert verdict.error.startswith("time-out")
+    assert elapsed < 1.0 + 0.25  # the limit, plus scheduling slack on a loaded CI machine
+    assert checker.kills == kills + 1
+    assert verify("Answer: 3^{2}", "9", timeout_s=30).correct  # a fresh child answers the next check
+
+
+@pytest.mark.parametrize(
+    "name, response",
+    [
+        ("empty", ""),
+        ("100k characters", "Let me think. " * 7_000 + "\nAnswer: 42"),
+        ("100k characters without answer", "a" * 100_000),
+        ("deeply nested braces", "\\boxed{" * 50_000 + "42" + "}" * 50_000),
+        ("unclosed nested braces", "\\boxed{" * 100_000),
+        ("many answer markers", "Answer:" * 20_000),
+        ("marker then blanks", "Answer:" + " " * 100_000),
+        ("dollar storm", "$" * 100_000),
+        ("number then words", "Answer: 1" + " a" * 50_000 + "!"),
+        ("thousands lookalike", "Answer: " + "1,234" * 20_000 + "x"),
+        ("replacement characters", "\ufffd" * 50_000 + "Answer: 42\ufffd"),
+        ("lone surrogates", "Answer: 4\udc80\ud8002"),
+        ("NUL and control bytes", "Answer: \x00\x01 42 \x7f"),
+    ],
+)
+def test_pathological_responses_are_scored_within_the_fast_rules_budget(name, response):
+    for ground_truth in ("42", 42, 4.2, None, ["42"], b"42"):
+        elapsed = float("inf")
+        for _ in range(3):  # the fastest of three: a scheduling hiccup on a busy CI machine is not the rule's cost
+            start = time.perf_counter()
+            result = compute_score("math_dapo", response, ground_truth, symbolic_check=False)
+            elapsed = min(elapsed, time.perf_counter() - start)
+        assert result["score"] in (1.0, -1.0) and isinstance(result["acc"], bool) and isinstance(result["pred"], str)
+        assert elapsed < FAST_RULES_BUDGET_S, f"{name}: {elapsed * 1e3:.1f} ms"
+        assert len(result["pred"]) <= verifier.MAX_REPORTED_CHARS
+
+
+def test_invalid_utf8_decoded_with_replacement_still_finds_the_answer():
+    raw = b"\xff\xfe\xc3 reasoning \xe2\x82\nAnswer: 42"
+    assert compute_score("math_dapo", raw.decode("utf-8", errors="replace"), 42)["acc"]
+    assert compute_score("math_dapo", raw, 42)["acc"]  # bytes are decoded the same way
+
+
+def test_concurrent_calls_from_a_thread_pool_like_verls_reward_loop_all_return():
+    # verl's reward loop calls compute_score from its event loop's thread pool; mix fast and symbolic cases.
+    verifier.clear_symbolic_cache()
+    cases = [("Answer: 42", 42, True), ("Answer: 41", 42, False), ("Answer: 2^{3}", 8, None)] * 20
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda c: compute_score("math_dapo", c[0], c[1], timeout_s=30), cases))
+    for (_, _, expected), result in zip(cases, results):
+        if expected is not None:
+            assert result["acc"] is expected
+        elif symbolic.math_verify_installed():
+            assert result["acc"] is True and result["verify_error"] == ""
