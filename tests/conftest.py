@@ -1,0 +1,27 @@
+"""Shared fixtures: the repository root, the offline data beside it, and the recipe's composed config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+
+
+def compose_recipe_config(overrides: list[str] = ()):
+    """The recipe's real Hydra config (verl's ppo_trainer from the installed package + DAPO defaults)."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("recipe_dapo.config", version_base=None):
+        return compose("dapo_trainer", overrides=list(overrides))
+
+
+@pytest.fixture(scope="session")
+def default_assets(tmp_path_factory):
+    """The default run's inputs (synthetic data, BPE tokenizer, warmed-up tiny Qwen2), built once per session."""
+    from recipe_dapo.default_assets import build_default_assets
+
+    return build_default_assets(tmp_path_factory.mktemp("assets"))

