@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+
+
+def shared_data_dir() -> Path | None:
+    """The offline data (../shared/data beside the repository, or $SHARED_DATA_DIR); None when absent."""
+    for candidate in (REPO_ROOT.parent / "shared" / "data", os.environ.get("SHARED_DATA_DIR")):
+        if candidate and (Path(candidate) / "eval").is_dir():
+            return Path(candidate)
+    return None
+
+
+SHARED = shared_data_dir()
 
 
 def compose_recipe_config(overrides: list[str] = ()):

@@ -30,17 +30,8 @@ from recipe_dapo.data import (
 from recipe_dapo.data.cli import main as data_cli
 from recipe_dapo.data.template import DAPO_PROMPT_PREFIX, DAPO_PROMPT_SUFFIX
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO_ROOT, SHARED  # noqa: E402
 
-
-def shared_data_dir() -> Path | None:
-    for candidate in (REPO_ROOT.parent / "shared" / "data", os.environ.get("SHARED_DATA_DIR")):
-        if candidate and (Path(candidate) / "eval").is_dir():
-            return Path(candidate)
-    return None
-
-
-SHARED = shared_data_dir()
 needs_shared = pytest.mark.skipif(SHARED is None, reason="shared data not found at ../shared/data or $SHARED_DATA_DIR")
 
 # Row counts published for each set (issue 7): DAPO-Math-17k has 17,917 problems (17,290 distinct texts:

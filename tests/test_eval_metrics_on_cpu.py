@@ -8,8 +8,6 @@ batches with verl's real ``DataProto`` and its ``repeat(interleave=True)``, exac
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,17 +25,8 @@ from recipe_dapo.evaluation.metrics import (
     validation_metrics,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from conftest import SHARED  # noqa: E402
 
-
-def shared_data_dir() -> Path | None:
-    for candidate in (REPO_ROOT.parent / "shared" / "data", os.environ.get("SHARED_DATA_DIR")):
-        if candidate and (Path(candidate) / "eval").is_dir():
-            return Path(candidate)
-    return None
-
-
-SHARED = shared_data_dir()
 
 
 # ---------------------------------------------------------------- pass@k

@@ -22,18 +22,9 @@ import pytest
 from recipe_dapo.data import RLDataError, apply_dapo_template, convert_dataset
 from recipe_dapo.evaluation import evaluate, generation
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from conftest import SHARED  # noqa: E402
 MAX_RESPONSE_LENGTH = 12
 
-
-def shared_data_dir() -> Path | None:
-    for candidate in (REPO_ROOT.parent / "shared" / "data", os.environ.get("SHARED_DATA_DIR")):
-        if candidate and (Path(candidate) / "eval").is_dir():
-            return Path(candidate)
-    return None
-
-
-SHARED = shared_data_dir()
 pytestmark = pytest.mark.skipif(SHARED is None, reason="shared data not found at ../shared/data or $SHARED_DATA_DIR")
 
 
