@@ -6,8 +6,8 @@ One training step, as the paper writes it::
                              responses all score the same, repeat until train_batch_size groups are in hand
     prepare_update           old (and reference) log-probs, GRPO advantages
     filter_overlong          truncated responses contribute no loss (when overlong filtering is on)
-    update_actor             the policy update, then weight sync to the rollout engine (and maybe save)
-    maybe_validate, log_step
+    update_actor             the policy update, then weight sync to the rollout engine
+    maybe_save, maybe_validate, log_step
 
 Everything else (workers, weight sync, checkpoints, validation generation, metric helpers) is the base
 class's; the algorithmic decisions live in pure modules (``dynamic_sampling``, ``overlong_filter``,
@@ -144,12 +144,13 @@ class RayDAPOTrainer(RayPPOTrainer):
             if batch is not None:
                 batch = self.prepare_update(batch, metrics, timing)
                 unfiltered_mask = self.filter_overlong(batch, metrics)
-                self.update_actor(batch, metrics, timing, is_last_step)
+                self.update_actor(batch, metrics, timing)
                 if unfiltered_mask is not None:  # data metrics describe every trained response
                     batch.batch["response_mask"] = unfiltered_mask
             else:
-                # Under on_exhausted=train_partial no group qualified: nothing to learn from this step.
-                logger.warning("step %d: no qualifying group was generated; skipping the update", self.global_steps)
+                # Under on_exhausted=train_partial too few groups qualified for one mini-batch: no update.
+                logger.warning("step %d: too few qualifying groups for a mini-batch; skipping the update", self.global_steps)
+            self.maybe_save(timing, is_last_step)
         self.maybe_validate(metrics, timing, is_last_step)
         self.log_step(batch, metrics, timing)
         return metrics
@@ -289,14 +290,11 @@ class RayDAPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------ Algorithm 1, lines 10-11
 
-    def update_actor(self, batch: DataProto, metrics: dict, timing: dict, is_last_step: bool) -> None:
-        """The policy update, an optional checkpoint, then the weight sync to the rollout engine."""
+    def update_actor(self, batch: DataProto, metrics: dict, timing: dict) -> None:
+        """The policy update, then the weight sync to the rollout engine."""
         with marked_timer("update_actor", timing, color="red"):
             actor_output = self._update_actor(batch)
         metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
-        if self._should_save(is_last_step):
-            with marked_timer("save_checkpoint", timing, color="green"):
-                self._save_checkpoint()
         with marked_timer("update_weights", timing, color="red"):
             self.checkpoint_manager.update_weights(self.global_steps)
         rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
@@ -304,14 +302,17 @@ class RayDAPOTrainer(RayPPOTrainer):
             reward_extra = {k: batch.non_tensor_batch[k] for k in batch.meta_info.get("reward_extra_keys", [])}
             self._log_rollout_data(batch, reward_extra, timing, rollout_data_dir)
 
-    def _should_save(self, is_last_step: bool) -> bool:
+    def maybe_save(self, timing: dict, is_last_step: bool) -> None:
+        """Checkpoint on schedule (every save_freq steps, the last step, or before the allocation expires)."""
         save_freq = self.config.trainer.save_freq
         if save_freq <= 0:
-            return False
+            return
         expiring = should_save_ckpt_esi(
             max_steps_duration=self.max_steps_duration, redundant_time=self.config.trainer.esi_redundant_time
         )
-        return is_last_step or self.global_steps % save_freq == 0 or expiring
+        if is_last_step or self.global_steps % save_freq == 0 or expiring:
+            with marked_timer("save_checkpoint", timing, color="green"):
+                self._save_checkpoint()
 
     # ------------------------------------------------------------------ validation and logging
 
