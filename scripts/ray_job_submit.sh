@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Submit any launch script to a running Ray cluster with `ray job submit` instead of running its driver here.
+#
+# Assumes:   a Ray cluster (`ray start --head` on one node, `ray start --address=HEAD:6379` on the others) whose
+#            nodes all have the recipe's Python environment (verl 0.9.1, vLLM) and see MODEL_PATH and DATA_DIR at the
+#            same paths; the `ray` CLI here. This repository is uploaded as the job's working directory, and
+#            scripts/runtime_env.yaml registers the recipe in every worker even where it is not pip-installed.
+# Launch:    bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b.sh [Hydra overrides...]
+# Override:  RAY_ADDRESS=http://head:8265 SUBMIT_NO_WAIT=0 bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_7b_math.sh
+# Env:       RAY_ADDRESS (http://localhost:8265), RUNTIME_ENV (scripts/runtime_env.yaml), WORKING_DIR (this repository),
+#            JOB_PYTHON (python3 on the cluster), SUBMIT_NO_WAIT (1: return once submitted; follow with
+#            `ray job logs -f JOB_ID`). Paths in MODEL_PATH, DATA_DIR, ... are paths on the cluster.
+# Check:     DRY_RUN=1 bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b.sh   (checks here, submits nothing)
+set -euo pipefail
+if [[ $# -lt 1 || ! -f $1 ]]; then
+  echo "usage: bash scripts/ray_job_submit.sh scripts/<launch script>.sh [Hydra overrides...]" >&2
+  exit 2
+fi
+script=$1
+shift
+LAUNCH_MODE=ray exec bash "$script" "$@"

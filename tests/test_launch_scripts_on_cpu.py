@@ -1,0 +1,370 @@
+"""Every launch script composes a valid configuration in dry-run mode: no Ray, no GPU, no model.
+
+How, cheaply: each script runs for real through bash, but with ``PYTHON`` pointing at a stand-in that
+records the ``python -m recipe_dapo.main_dapo ...`` command line instead of training. This process then
+composes each recorded override list with the recipe's Hydra config (an unknown key fails composition)
+and runs the dry run's checks on it (the recipe's start-up checks, verl's typed configs and
+``validate_config``, the cluster shape). With ``DRY_RUN=1`` every script must run ``recipe_dapo.dry_run``
+with the same overrides instead, and one good and two bad launches go through that path end to end (the
+bad ones must fail naming the key). Data files are real: ``scripts/prepare_data.sh`` builds them from the
+offline copies in ../shared/data (without those, absent files are reported "not checked").
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from recipe_dapo.dry_run import compose, dry_run
+from recipe_dapo.preflight import DAPOConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO_ROOT / "scripts"
+
+
+def _shared_data() -> Path | None:
+    """The offline data copies (../shared/data beside the repository, or $SHARED_DATA_DIR)."""
+    for candidate in (os.environ.get("SHARED_DATA_DIR"), REPO_ROOT.parent / "shared" / "data"):
+        if candidate and (Path(candidate) / "dapo-math-17k").is_dir():
+            return Path(candidate)
+    return None
+
+
+SHARED_DATA = _shared_data()
+
+# verl warns on every need_critic() call that a GRPO run has no critic.
+pytestmark = pytest.mark.filterwarnings("ignore:Disabled critic:UserWarning")
+
+# Scripts that start a training run (each must compose in dry-run mode).
+LAUNCH_SCRIPTS = (
+    "launch_dapo.sh",
+    "dapo_qwen2.5_32b.sh",
+    "dapo_qwen2.5_32b_no_dynamic_sampling.sh",
+    "dapo_qwen2.5_32b_no_token_loss_no_dynamic_sampling.sh",
+    "grpo_qwen2.5_32b_baseline.sh",
+    "dapo_qwen2.5_7b_math.sh",
+    "dapo_qwen2.5_1.5b_one_node.sh",
+    "dapo_small_one_gpu.sh",
+    "run_dapo_cpu.sh",
+)
+# Scripts that do something else.
+HELPER_SCRIPTS = ("prepare_data.sh", "install_cpu.sh", "ray_job_submit.sh")
+
+# The paper's 32B run (section 4.1 and the reference recipe's script) as the composed config must hold it.
+PAPER_32B = {
+    "trainer.nnodes": 16,
+    "trainer.n_gpus_per_node": 8,
+    "data.train_batch_size": 512,
+    "data.gen_batch_size": 1536,
+    "actor_rollout_ref.rollout.n": 16,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 32,
+    "actor_rollout_ref.actor.optim.lr": 1e-6,
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": 10,
+    "actor_rollout_ref.actor.optim.weight_decay": 0.1,
+    "actor_rollout_ref.actor.optim.clip_grad": 1.0,
+    "actor_rollout_ref.actor.clip_ratio_low": 0.2,
+    "actor_rollout_ref.actor.clip_ratio_high": 0.28,
+    "actor_rollout_ref.actor.clip_ratio_c": 10.0,
+    "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": "dapo",
+    "actor_rollout_ref.actor.use_kl_loss": False,
+    "algorithm.use_kl_in_reward": False,
+    "algorithm.adv_estimator": "grpo",
+    "algorithm.filter_groups.enable": True,
+    "algorithm.filter_groups.metric": "acc",
+    "data.max_prompt_length": 2048,
+    "data.max_response_length": 20480,
+    "reward.reward_manager.name": "recipe_dapo",
+    "reward.reward_kwargs.overlong_buffer_cfg.enable": True,
+    "reward.reward_kwargs.overlong_buffer_cfg.len": 4096,
+    "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor": 1.0,
+    "reward.reward_kwargs.max_resp_len": 20480,
+    "actor_rollout_ref.rollout.temperature": 1.0,
+    "actor_rollout_ref.rollout.val_kwargs.temperature": 1.0,
+    "actor_rollout_ref.rollout.val_kwargs.top_p": 0.7,
+    "actor_rollout_ref.rollout.val_kwargs.n": 32,
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": 8,
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": 8,
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": 4,
+    "actor_rollout_ref.actor.fsdp_config.param_offload": True,
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": True,
+    "actor_rollout_ref.ref.fsdp_config.param_offload": True,
+    "dapo.dynamic_sampling.round_sizing": "whole",
+    "dapo.dynamic_sampling.max_staleness": 0,
+}
+
+# What each ablation script changes relative to the paper's run, and nothing else of these keys.
+ABLATIONS = {
+    "dapo_qwen2.5_32b_no_dynamic_sampling.sh": {"algorithm.filter_groups.enable": False},
+    "dapo_qwen2.5_32b_no_token_loss_no_dynamic_sampling.sh": {
+        "algorithm.filter_groups.enable": False,
+        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+    },
+    "grpo_qwen2.5_32b_baseline.sh": {
+        "algorithm.filter_groups.enable": False,
+        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+        "actor_rollout_ref.actor.clip_ratio_high": 0.2,
+        "reward.reward_kwargs.overlong_buffer_cfg.enable": False,
+        "dapo.overlong_filter.enable": False,
+    },
+}
+
+SHIM = """#!/usr/bin/env bash
+# Stand-in for python: records `-m recipe_dapo.main_dapo|dry_run ARGS` (NUL-separated) in $CAPTURE, runs the rest.
+if [[ $1 == -m && ( $2 == recipe_dapo.main_dapo || $2 == recipe_dapo.dry_run ) ]]; then
+  printf '%s\\0' "${@:2}" > "$CAPTURE"
+  exit 0
+fi
+exec PYTHON_EXECUTABLE "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """Real parquet files in the layout the scripts expect (DATA_DIR), from the offline copies."""
+    out = tmp_path_factory.mktemp("dapo_data")
+    if SHARED_DATA is None:
+        return out  # the dry run then reports every data file as not checked
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"  # prepare_data.sh runs `python`
+    env = {**os.environ, "DAPO_DATA_LOCAL_DIR": str(SHARED_DATA), "PATH": path}
+    subprocess.run(
+        ["bash", str(SCRIPTS / "prepare_data.sh"), str(out), "--only", "dapo-math-17k", "aime-2024", "math500"],
+        env=env, check=True, capture_output=True, timeout=300,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def launch_env(tmp_path_factory, data_dir) -> dict[str, str]:
+    """Environment for running a script with the recording stand-in instead of python."""
+    work = tmp_path_factory.mktemp("launch")
+    shim = work / "python_shim"
+    shim.write_text(SHIM.replace("PYTHON_EXECUTABLE", shlex.quote(sys.executable)))
+    shim.chmod(0o755)
+    # None of the caller's launch settings may leak in (an exported MODEL_PATH would change every script).
+    env = {name: value for name, value in os.environ.items() if name not in launcher_variables() | CPU_RUN_VARIABLES}
+    env.update(
+        PYTHON=str(shim),
+        CAPTURE=str(work / "capture"),
+        DAPO_HOME=str(work / "dapo_home"),
+        DATA_DIR=str(data_dir),
+        WORK_DIR=str(work),
+    )
+    return env
+
+
+def launcher_variables() -> set[str]:
+    """The variables scripts/launch_dapo.sh reads (its LAUNCH_VARS list)."""
+    text = (SCRIPTS / "launch_dapo.sh").read_text()
+    block = text[text.index("LAUNCH_VARS=(") + len("LAUNCH_VARS=(") :]
+    return set(block[: block.index(")")].split())
+
+
+CPU_RUN_VARIABLES = {"MODEL_PATH", "TRAIN_FILE", "VAL_FILE", "TOKENIZER_PATH", "WORK_DIR", "DRY_RUN"}
+
+
+def script_env(script: str, env: dict[str, str]) -> dict[str, str]:
+    """run_dapo_cpu.sh takes its inputs as files (it would build a model and data when they are unset)."""
+    if script != "run_dapo_cpu.sh":
+        return env
+    data_dir = Path(env["DATA_DIR"])
+    return {
+        **env,
+        "MODEL_PATH": str(Path(env["WORK_DIR"]) / "no_model_here"),
+        "TRAIN_FILE": str(data_dir / "dapo-math-17k.parquet"),
+        "VAL_FILE": str(data_dir / "aime-2024.parquet"),
+    }
+
+
+def recorded_command(script: str, env: dict[str, str], *args: str, **extra_env: str) -> list[str]:
+    """Run `bash scripts/<script> args` with the stand-in python; return `[module, *overrides]` it launched."""
+    env = {**script_env(script, env), **extra_env}
+    capture = Path(env["CAPTURE"])
+    capture.unlink(missing_ok=True)
+    result = subprocess.run(["bash", str(SCRIPTS / script), *args], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"{script} failed:\n{result.stderr}"
+    assert capture.exists(), f"{script} never ran python -m recipe_dapo...:\n{result.stdout}\n{result.stderr}"
+    return capture.read_bytes().decode().split("\0")[:-1]
+
+
+def overrides_of(script: str, env: dict[str, str], *args: str, **extra_env: str) -> list[str]:
+    module, *overrides = recorded_command(script, env, *args, **extra_env)
+    assert module == "recipe_dapo.main_dapo"
+    return overrides
+
+
+def value(config, key):
+    return OmegaConf.select(config, key)
+
+
+def resolved(config):
+    return OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+
+
+@pytest.fixture(scope="module")
+def composed(launch_env):
+    """Each launch script's config, composed from the overrides it really passes."""
+    return {script: compose(overrides_of(script, launch_env)) for script in LAUNCH_SCRIPTS}
+
+
+def test_every_script_is_a_known_launch_or_helper_and_none_is_named_test():
+    scripts = {path.name for path in SCRIPTS.glob("*.sh")}
+    assert not [name for name in scripts if name.startswith("test_")], "pytest would collect test_*.sh names"
+    unknown = scripts - set(LAUNCH_SCRIPTS) - set(HELPER_SCRIPTS)
+    assert not unknown, f"add {sorted(unknown)} to LAUNCH_SCRIPTS (so the dry run covers it) or HELPER_SCRIPTS"
+    assert set(LAUNCH_SCRIPTS) <= scripts
+
+
+@pytest.mark.parametrize("script", LAUNCH_SCRIPTS)
+def test_launch_script_composes_and_passes_every_dry_run_check(script, composed, launch_env):
+    overrides = overrides_of(script, launch_env)
+    # Scripts set existing verl/recipe keys only: `+key=` would bypass the unknown-key check.
+    assert not [o for o in overrides if o.startswith("+")], overrides
+    report = dry_run(composed[script], require_files=SHARED_DATA is not None)
+    # Only the model (never loaded by a dry run) may be unchecked when the data were prepared.
+    if SHARED_DATA is not None:
+        assert all(item.startswith("actor_rollout_ref.model.path") for item in report.not_checked), report.not_checked
+
+
+def test_paper_script_sets_every_hyperparameter_of_the_paper_run(composed):
+    config = resolved(composed["dapo_qwen2.5_32b.sh"])
+    wrong = {key: (value(config, key), want) for key, want in PAPER_32B.items() if value(config, key) != want}
+    assert not wrong, f"key: (composed, paper) {wrong}"
+    # Overlong shaping covers [L_max - L_cache, L_max] = [20480 - 4096, 20480]: 16,384 tokens are penalty-free.
+    kwargs = config.reward.reward_kwargs
+    assert kwargs.max_resp_len - kwargs.overlong_buffer_cfg.len == 16384
+
+
+@pytest.mark.parametrize("script", sorted(ABLATIONS))
+def test_ablation_script_differs_from_the_paper_run_only_where_the_ablation_says(script, composed):
+    base, ablation = resolved(composed["dapo_qwen2.5_32b.sh"]), resolved(composed[script])
+    changes = ABLATIONS[script]
+    for key in [*PAPER_32B, *changes]:
+        if key.startswith("dapo.dynamic_sampling"):
+            continue  # sampler details do not matter when dynamic sampling is off
+        want = changes.get(key, value(base, key))
+        assert value(ablation, key) == want, f"{script}: {key}={value(ablation, key)}, expected {want}"
+
+
+def test_small_scripts_fit_their_cluster(composed):
+    one_gpu = composed["dapo_small_one_gpu.sh"]
+    assert (one_gpu.trainer.nnodes, one_gpu.trainer.n_gpus_per_node) == (1, 1)
+    one_node = composed["dapo_qwen2.5_1.5b_one_node.sh"]
+    assert (one_node.trainer.nnodes, one_node.trainer.n_gpus_per_node) == (1, 8)
+    # Qwen2.5-Math models have a 4,096-token context: prompt + response must fit in it.
+    for script in ("dapo_qwen2.5_7b_math.sh", "dapo_qwen2.5_1.5b_one_node.sh"):
+        data = composed[script].data
+        assert data.max_prompt_length + data.max_response_length <= 4096, script
+
+
+def test_environment_beats_overlays_and_command_line_beats_environment(launch_env):
+    overrides = overrides_of("dapo_small_one_gpu.sh", launch_env, "data.train_batch_size=48", TRAIN_BATCH_SIZE="64")
+    config = compose(overrides)
+    # The overlay says 32; the environment's 64 also sets the generation batch (3 x 64); the command line wins.
+    assert config.data.train_batch_size == 48
+    assert config.data.gen_batch_size == 192
+
+
+def test_overlay_with_an_unknown_variable_is_refused(launch_env, tmp_path):
+    overlay = tmp_path / "typo.env"
+    overlay.write_text("TRAIN_BATCHSIZE=64\n")
+    command = ["bash", str(SCRIPTS / "launch_dapo.sh"), "--overlay", str(overlay)]
+    result = subprocess.run(command, env=launch_env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "TRAIN_BATCHSIZE" in result.stderr
+
+
+def test_ray_submit_sends_the_same_overrides_with_the_runtime_env(launch_env, tmp_path):
+    record = tmp_path / "ray_args"
+    fake_ray = tmp_path / "ray"
+    fake_ray.write_text(f'#!/usr/bin/env bash\nprintf "%s\\0" "$@" > {shlex.quote(str(record))}\n')
+    fake_ray.chmod(0o755)
+    subprocess.run(
+        ["bash", str(SCRIPTS / "ray_job_submit.sh"), str(SCRIPTS / "dapo_qwen2.5_32b.sh"), "trainer.save_freq=10"],
+        env={**launch_env, "RAY": str(fake_ray)}, check=True, capture_output=True, timeout=60,
+    )
+    args = record.read_bytes().decode().split("\0")[:-1]
+    assert args[:2] == ["job", "submit"]
+    options = dict(zip(args[2:], args[3:]))
+    runtime_env = yaml.safe_load(Path(options["--runtime-env"]).read_text())
+    assert runtime_env["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == "recipe_dapo.plugin"
+    assert Path(options["--working-dir"]) == REPO_ROOT
+    # Ray runs the entrypoint through a shell: splitting it must give back exactly the local command.
+    entrypoint = shlex.split(args[args.index("--") + 1])
+    local = overrides_of("dapo_qwen2.5_32b.sh", launch_env, "trainer.save_freq=10")
+    assert entrypoint == ["python3", "-m", "recipe_dapo.main_dapo", *local]
+
+
+def test_dry_run_refuses_a_cluster_that_cannot_hold_the_parallel_layout(composed, launch_env):
+    overrides = overrides_of("dapo_qwen2.5_32b.sh", launch_env, "trainer.nnodes=1", "trainer.n_gpus_per_node=6")
+    with pytest.raises(DAPOConfigError) as error:
+        dry_run(compose(overrides))
+    message = str(error.value)
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size=4" in message
+    assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size=8" in message
+
+
+def test_dry_run_refuses_legacy_reward_keys_that_verl_would_ignore(launch_env):
+    # An old script's reward line: verl 0.9.1 keeps the key in its schema but its trainer never reads it.
+    overrides = overrides_of("dapo_small_one_gpu.sh", launch_env, "reward_model.reward_manager=dapo")
+    with pytest.raises(DAPOConfigError, match=r"reward_model.reward_manager='dapo' .*reward.reward_manager.name"):
+        dry_run(compose(overrides))
+
+
+def _honours_dry_run(script: str) -> bool:
+    return "DRY_RUN" in (SCRIPTS / script).read_text()
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(
+            script,
+            marks=pytest.mark.xfail(
+                not _honours_dry_run(script),
+                reason="the script does not switch to recipe_dapo.dry_run on DRY_RUN=1 yet",
+                strict=True,
+            ),
+        )
+        for script in LAUNCH_SCRIPTS
+    ],
+)
+def test_dry_run_flag_runs_the_dry_run_with_the_same_overrides(script, launch_env):
+    module, *overrides = recorded_command(script, launch_env, DRY_RUN="1")
+    assert module == "recipe_dapo.dry_run"
+    assert overrides == overrides_of(script, launch_env)
+
+
+def _dry_run_process(script: str, env: dict[str, str], *args: str) -> subprocess.Popen:
+    # The real python this time, and no data files: the checks of real files ran above, in this process.
+    env = {**script_env(script, env), "DRY_RUN": "1", "PYTHON": sys.executable}
+    env["DATA_DIR"] = os.path.join(env["WORK_DIR"], "no_data")
+    return subprocess.Popen(
+        ["bash", str(SCRIPTS / script), *args],
+        env=env, cwd=env["WORK_DIR"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def test_dry_run_mode_end_to_end_passes_a_good_config_and_names_the_key_of_a_bad_one(launch_env):
+    # Started together: each is a Python process importing verl (the unknown key fails before that).
+    runs = {
+        "good": _dry_run_process("dapo_small_one_gpu.sh", launch_env),
+        "bad value": _dry_run_process("dapo_small_one_gpu.sh", launch_env, "algorithm.filter_groups.metric=nope"),
+        "unknown key": _dry_run_process("dapo_small_one_gpu.sh", launch_env, "algorithm.filter_groups.metrc=acc"),
+    }
+    outputs = {name: run.communicate(timeout=300)[0] for name, run in runs.items()}
+    codes = {name: run.returncode for name, run in runs.items()}
+    assert codes["good"] == 0, outputs["good"]
+    assert "dry run OK" in outputs["good"]
+    assert codes["bad value"] != 0, outputs["bad value"]
+    assert "algorithm.filter_groups.metric='nope'" in outputs["bad value"], outputs["bad value"]
+    assert codes["unknown key"] != 0, outputs["unknown key"]
+    assert "algorithm.filter_groups.metrc" in outputs["unknown key"], outputs["unknown key"]
+    # The dry run leaves no Hydra output folder behind.
+    assert not (Path(launch_env["WORK_DIR"]) / "outputs").exists()
