@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -142,6 +142,9 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
         response_ids = tokenizer(solution, add_special_tokens=False)["input_ids"] + [eos]
         sequences.append((list(prompt_ids), response_ids))
     generator = torch.Generator().manual_seed(spec.seed)
+    # On a GPU machine the warm-up of a larger model (e.g. on the Qwen2.5 vocabulary) takes seconds there.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr)
     model.train()
     for _ in range(spec.warmup_steps):
@@ -156,6 +159,7 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
             input_ids[row, : len(ids)] = torch.tensor(ids)
             labels[row, len(prompt_ids) : len(ids)] = torch.tensor(response_ids)
             attention[row, : len(ids)] = 1
+        input_ids, labels, attention = input_ids.to(device), labels.to(device), attention.to(device)
         # Logits only where a label exists: with a 150k-token vocabulary, full-sequence logits dominate.
         hidden = model.model(input_ids=input_ids, attention_mask=attention).last_hidden_state
         targets = labels[:, 1:]
@@ -165,8 +169,34 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    model.eval()
+    model.to("cpu").eval()
     logger.info("warm-up done: %d steps, last loss %.3f", spec.warmup_steps, loss.item())
+
+
+def bpe_training_texts(train_file: Path) -> list[str]:
+    """The prompts of the training set and every answer line the task can produce."""
+    import pandas as pd
+
+    texts = [row[0]["content"] for row in pd.read_parquet(train_file)["prompt"]]
+    return texts + [f"{n} = {n}\nAnswer: {n}" for n in range(-100, 101)]
+
+
+def tokenizer_as_verl_loads_it(model_dir: Path, tokenizer_path: str | None, train_file: Path):
+    """The tokenizer saved into ``model_dir``, reloaded exactly as verl and vLLM will load it.
+
+    verl and vLLM read the tokenizer with ``AutoTokenizer`` from the model folder, and transformers 5 picks
+    the class from the model's config there: a fresh ``tokenizers`` BPE comes back as ``Qwen2Tokenizer``,
+    which pre-tokenises " 5" as "Ġ" + "5". A warm-up with the in-memory BPE would teach the model token
+    ids it never sees in training, so the warm-up uses the reloaded tokenizer.
+    """
+    from transformers import AutoTokenizer, Qwen2Config
+
+    if tokenizer_path:
+        AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(model_dir)
+    else:
+        train_bpe_tokenizer(model_dir, bpe_training_texts(train_file))
+    Qwen2Config().save_pretrained(model_dir)  # placeholder until the model is saved: it sets the class
+    return AutoTokenizer.from_pretrained(model_dir)
 
 
 def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec, warmup_examples=()) -> None:
@@ -208,6 +238,8 @@ def build_default_assets(
     out = Path(out_dir).resolve()
     manifest_path = out / "manifest.json"
     wanted = {
+        # Bumped when the build changes, so that folders built by an older version are rebuilt.
+        "builder_version": 2,
         "tokenizer_source": str(Path(tokenizer_path).resolve()) if tokenizer_path else "bpe",
         "num_train": num_train,
         "num_val": num_val,
@@ -226,16 +258,7 @@ def build_default_assets(
     train, _ = write_dataset(out / "data", num_train, num_val, seed)
     model_dir = out / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
-    if tokenizer_path:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    else:
-        import pandas as pd
-
-        texts = [row[0]["content"] for row in pd.read_parquet(train)["prompt"]]
-        texts += [f"{n} = {n}\nAnswer: {n}" for n in range(-100, 101)]
-        tokenizer = train_bpe_tokenizer(out / "tokenizer", texts)
+    tokenizer = tokenizer_as_verl_loads_it(model_dir, tokenizer_path, train)
     examples = [
         (list(row["prompt"]), worked_solution(*arithmetic_problem_from_row(row)))
         for row in synthetic_rows(num_train, "train", seed)
@@ -252,9 +275,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-train", type=int, default=512)
     parser.add_argument("--num-val", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    defaults = TinyModelSpec()
+    parser.add_argument("--hidden-size", type=int, default=defaults.hidden_size)
+    parser.add_argument("--num-layers", type=int, default=defaults.num_hidden_layers)
+    parser.add_argument("--num-heads", type=int, default=defaults.num_attention_heads)
+    parser.add_argument("--num-kv-heads", type=int, default=defaults.num_key_value_heads)
+    parser.add_argument("--intermediate-size", type=int, default=defaults.intermediate_size)
+    parser.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    paths = build_default_assets(args.out, args.tokenizer, args.num_train, args.num_val, args.seed)
+    spec = replace(
+        defaults,
+        hidden_size=args.hidden_size,
+        num_hidden_layers=args.num_layers,
+        num_attention_heads=args.num_heads,
+        num_key_value_heads=args.num_kv_heads,
+        intermediate_size=args.intermediate_size,
+        warmup_steps=args.warmup_steps,
+    )
+    paths = build_default_assets(args.out, args.tokenizer, args.num_train, args.num_val, args.seed, spec)
     for key, value in paths.items():
         print(f"{key.upper()}={value}")
 
