@@ -169,6 +169,7 @@ class RayDAPOTrainer(RayPPOTrainer):
                 rollouts,
                 group_ids=rollouts.non_tensor_batch["uid"],
                 metric_values=trajectory_metric(metric_name, rollouts.batch, rollouts.non_tensor_batch),
+                generated_tokens=int(rollouts.batch["response_mask"].sum()),
             )
         batch, sampling_metrics = self.sampler.take_training_batch(groups_multiple_of=self._groups_multiple())
         metrics.update(sampling_metrics)

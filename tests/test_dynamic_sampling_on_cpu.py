@@ -59,11 +59,13 @@ def uids_of(batch: DataProto) -> list[str]:
     return batch.non_tensor_batch["uid"].tolist()
 
 
-def run_step(sampler: DynamicSampler, step: int, rounds: list[dict[str, list[float]]]):
+def run_step(sampler: DynamicSampler, step: int, rounds: list[dict[str, list[float]]], tokens: list[int] = ()):
+    """One training step of the given rounds; ``tokens`` holds each round's generated response tokens."""
     sampler.begin_step(step)
-    for groups in rounds:
+    for index, groups in enumerate(rounds):
         batch, uids, acc = make_round(groups)
-        sampler.add_round(batch, group_ids=uids, metric_values=acc)
+        sampler.add_round(batch, group_ids=uids, metric_values=acc,
+                          generated_tokens=tokens[index] if tokens else 0)
     return sampler.take_training_batch()
 
 
@@ -347,12 +349,14 @@ def test_metrics_of_a_multi_round_step_sum_every_round():
     sampler = DynamicSampler(make_config(train_batch_size=4), DATAPROTO_OPS)
     round_1 = {"a": MIXED, "b": ALL_RIGHT, "c": ALL_WRONG, "d": MIXED}  # 2 kept
     round_2 = {"e": MIXED, "f": MIXED, "g": MIXED, "h": ALL_RIGHT}  # 3 kept
-    batch, metrics = run_step(sampler, 1, [round_1, round_2])
+    batch, metrics = run_step(sampler, 1, [round_1, round_2], tokens=[300, 500])
     assert uids_of(batch)[::2] == ["a", "d", "e", "f"]
     # 16 responses, 1 + 2 + 0 + 1 + 1 + 1 + 1 + 2 = 9 right -> mean 9/16 before filtering.
     assert metrics == {
         P + "num_gen_rounds": 2.0,
         P + "generated_groups": 8.0,
+        P + "generated_tokens": 800.0,  # both rounds, dropped groups included
+        P + "total_generated_tokens": 800.0,
         P + "kept_groups": 5.0,
         P + "trained_groups": 4.0,
         P + "carried_in_groups": 0.0,
@@ -370,7 +374,8 @@ def test_metrics_of_a_multi_round_step_sum_every_round():
         P + "score_mean_before_filter": 9 / 16,
     }
     # Step 2: the carried group g plus three new ones; utilization is cumulative: (4 + 4) / (5 + 3).
-    _, metrics = run_step(sampler, 2, [{"i": MIXED, "j": MIXED, "k": MIXED}])
+    _, metrics = run_step(sampler, 2, [{"i": MIXED, "j": MIXED, "k": MIXED}], tokens=[120])
+    assert metrics[P + "generated_tokens"] == 120.0 and metrics[P + "total_generated_tokens"] == 920.0
     assert metrics[P + "carried_in_groups"] == 1.0
     assert metrics[P + "utilization"] == 1.0
 

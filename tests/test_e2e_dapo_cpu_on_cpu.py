@@ -98,6 +98,8 @@ def test_dynamic_sampling_metrics_are_logged_every_step(trained_run):
                     "score_mean_before_filter"):
             assert f"dynamic_sampling/{key}" in metrics, (step, key)
         assert metrics["dynamic_sampling/generated_groups"] >= metrics["dynamic_sampling/kept_groups"]
+        # Every generated token is counted, kept or dropped: at least one per generated response (EOS).
+        assert metrics["dynamic_sampling/generated_tokens"] >= metrics["dynamic_sampling/generated_groups"] * 8
         # Reward side: the recipe_dapo manager's per-sample fields, aggregated.
         assert 0.0 <= metrics["reward/acc_mean"] <= 1.0
         assert metrics["reward/verify_error_ratio"] == 0.0

@@ -50,6 +50,7 @@ class _StepTally:
     solve_all_groups: int = 0
     solve_none_groups: int = 0
     trajectories: int = 0
+    generated_tokens: int = 0
     metric_sum: float = 0.0
     dropped_stale_groups: int = 0
 
@@ -60,6 +61,7 @@ class _Totals:
 
     rounds: int = 0
     generated_groups: int = 0
+    generated_tokens: int = 0
     qualifying_groups: int = 0
     trained_groups: int = 0
     dropped_stale_groups: int = 0
@@ -137,11 +139,12 @@ class DynamicSampler:
             logger.info("step %d: dropped %d groups older than max_staleness=%d", step, dropped,
                         self.config.max_staleness)
 
-    def add_round(self, rollouts: Any, group_ids: Any, metric_values: Any) -> GroupStats:
+    def add_round(self, rollouts: Any, group_ids: Any, metric_values: Any, generated_tokens: int = 0) -> GroupStats:
         """Filter one round of rollouts and pool its qualifying groups (whole, contiguous, in order).
 
         ``group_ids`` and ``metric_values`` hold one entry per row of ``rollouts`` (verl: the ``uid``
-        non-tensor field and the filter metric). Returns the round's group statistics.
+        non-tensor field and the filter metric); ``generated_tokens`` is the round's response tokens, kept
+        or not, for the cost metrics. Returns the round's group statistics.
         """
         self._require_open_step("add_round")
         num_rows = self._ops.length(rollouts)
@@ -173,9 +176,11 @@ class DynamicSampler:
         tally.solve_all_groups += int(np.count_nonzero(stats.solve_all))
         tally.solve_none_groups += int(np.count_nonzero(stats.solve_none))
         tally.trajectories += stats.num_trajectories
+        tally.generated_tokens += int(generated_tokens)
         tally.metric_sum += stats.metric_sum
         self._totals.rounds += 1
         self._totals.generated_groups += stats.num_groups
+        self._totals.generated_tokens += int(generated_tokens)
         self._totals.qualifying_groups += stats.num_kept
         self._keep_rate.observe(stats.num_kept, stats.num_groups)
         logger.debug(
@@ -292,6 +297,10 @@ class DynamicSampler:
         metrics = {
             "num_gen_rounds": tally.rounds,
             "generated_groups": tally.generated_groups,
+            # Every response token generated this step, including those of groups the filter dropped: the
+            # cost side of dynamic sampling (verl's response_length/* describe only the trained batch).
+            "generated_tokens": tally.generated_tokens,
+            "total_generated_tokens": totals.generated_tokens,
             "kept_groups": tally.kept_groups,
             "trained_groups": trained,
             "carried_in_groups": int(np.count_nonzero(born_steps < step)),
