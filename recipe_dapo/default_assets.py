@@ -58,6 +58,11 @@ class TinyModelSpec:
     warmup_lr: float = 3e-3
 
 
+CLI_SPEC_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                   "intermediate_size", "warmup_steps")
+"""TinyModelSpec fields settable from the command line (a larger model for a GPU, a longer warm-up)."""
+
+
 def arithmetic_problem(rng: random.Random) -> tuple[str, int]:
     """One problem with an integer answer: a sum, difference or product of one-digit numbers."""
     a, b = rng.randint(0, 9), rng.randint(0, 9)
@@ -276,23 +281,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-val", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     defaults = TinyModelSpec()
-    parser.add_argument("--hidden-size", type=int, default=defaults.hidden_size)
-    parser.add_argument("--num-layers", type=int, default=defaults.num_hidden_layers)
-    parser.add_argument("--num-heads", type=int, default=defaults.num_attention_heads)
-    parser.add_argument("--num-kv-heads", type=int, default=defaults.num_key_value_heads)
-    parser.add_argument("--intermediate-size", type=int, default=defaults.intermediate_size)
-    parser.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
+    for name in CLI_SPEC_FIELDS:  # --hidden-size, --num-hidden-layers, ... (the model's shape)
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    spec = replace(
-        defaults,
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.num_layers,
-        num_attention_heads=args.num_heads,
-        num_key_value_heads=args.num_kv_heads,
-        intermediate_size=args.intermediate_size,
-        warmup_steps=args.warmup_steps,
-    )
+    spec = replace(defaults, **{name: getattr(args, name) for name in CLI_SPEC_FIELDS})
     paths = build_default_assets(args.out, args.tokenizer, args.num_train, args.num_val, args.seed, spec)
     for key, value in paths.items():
         print(f"{key.upper()}={value}")
