@@ -1,0 +1,253 @@
+"""One GPU, side by side: the recipe's DAPO trainer vs verl 0.9.1's classic trainer on the same config.
+
+Needs a machine with one CUDA GPU and the recipe installed with vLLM (``pip install -e ".[gpu,math]"``).
+
+What it does, in one run:
+
+1. builds a small Qwen2 on the Qwen2.5 vocabulary (``--tokenizer``, e.g. ../shared/data/qwen2.5-tokenizer),
+   warmed up on the default run's synthetic arithmetic in the DAPO answer format, so that accuracy is mixed
+   and dynamic sampling has groups to keep and to drop (``recipe_dapo.default_assets``);
+2. ``recipe``: ``scripts/dapo_small_one_gpu.sh`` (the recipe's trainer, vLLM rollouts, dynamic sampling, the
+   ``dapo`` loss, the ``recipe_dapo`` reward manager) for ``--steps`` training steps;
+3. ``verl``: the same Hydra overrides (``PRINT_OVERRIDES=1`` of that script) on verl's own classic path,
+   ``python -m verl.trainer.main_ppo trainer.use_v1=false`` with verl's built-in ``dapo`` reward manager and
+   the ``vanilla`` loss with the same clip settings. verl's classic trainer has no dynamic sampling: it
+   generates ``train_batch_size`` prompts per step and trains on all of them;
+4. samples ``nvidia-smi`` every half second for the peak GPU memory of each run and prints a table.
+
+Step times exclude the first step (vLLM and kernel warm-up). Generation throughput is response tokens
+generated per second of the ``gen`` timer: for the recipe every round's tokens, kept or dropped
+(``dynamic_sampling/generated_tokens``); for verl the trained batch (it trains on all it generates).
+
+    python bench/gpu_one_gpu.py --tokenizer ../shared/data/qwen2.5-tokenizer --steps 6
+
+Status: on one H100 (vLLM 0.24.0, torch 2.11, no flash-attn package) the model build, Ray, the FSDP actor
+and the vLLM server started, and the first rollout round of the recipe arm did not complete within three
+minutes in two attempts (cause not established; the first thing to try is ``--override
+actor_rollout_ref.rollout.free_cache_engine=false --override actor_rollout_ref.rollout.enable_sleep_mode=false``).
+No figures from it are published yet.
+
+Last line: ``RESULT recipe_step_s=... verl_step_s=... step_time_ratio=... recipe_gen_tok_per_s=...
+verl_gen_tok_per_s=... recipe_peak_gpu_gb=... verl_peak_gpu_gb=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from statistics import mean
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Small enough to start fast, large enough that the GPU does real work (head_dim 64).
+MODEL = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=1024, warmup_steps=400, warmup_batch_size=64, warmup_lr=2e-3)
+
+# The launcher's variables for this comparison (scripts/launch_dapo.sh documents each).
+LAUNCH_ENV = dict(
+    MAX_PROMPT_LENGTH="256", MAX_RESPONSE_LENGTH="256", OVERLONG_BUFFER_LEN="64",
+    TRAIN_BATCH_SIZE="64", GEN_BATCH_SIZE="128", N_RESP_PER_PROMPT="8", MINI_BATCH_SIZE="16",
+    LR="5e-5", LR_WARMUP_STEPS="0", VAL_N="4", TEST_FREQ="-1", SAVE_FREQ="-1", VAL_BEFORE_TRAIN="false",
+    LOGGER='["console","file"]', ACTOR_MAX_TOKEN_LEN="8192", INFER_MAX_TOKEN_LEN="16384",
+    ROLLOUT_MAX_BATCHED_TOKENS="8192",
+)
+# Both arms: vLLM without CUDA-graph capture, so that the start-up fits a short GPU lease; PyTorch's SDPA
+# attention without padding removal, so that the flash-attn package is not needed.
+COMMON_OVERRIDES = [
+    "actor_rollout_ref.rollout.enforce_eager=true",
+    "actor_rollout_ref.rollout.agent.num_workers=2",
+    "actor_rollout_ref.model.use_remove_padding=false",
+    "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+]
+
+
+def build_model(work_dir: Path, tokenizer: str) -> dict[str, str]:
+    from recipe_dapo import default_assets as da
+
+    spec = replace(da.TinyModelSpec(), **MODEL)
+    return da.build_default_assets(work_dir / "assets", tokenizer, num_train=2048, num_val=64, spec=spec)
+
+
+class GpuMemorySampler:
+    """Peak of ``nvidia-smi``'s memory.used (GiB) while the context is open."""
+
+    def __init__(self, period_s: float = 0.5):
+        self.period_s, self.peak_mib, self._stop = period_s, 0.0, threading.Event()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True).stdout
+            if out.strip():
+                self.peak_mib = max(self.peak_mib, float(out.split()[0]))
+            self._stop.wait(self.period_s)
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak_mib / 1024
+
+
+def launcher_overrides(env: dict) -> list[str]:
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "dapo_small_one_gpu.sh")], env=dict(env, PRINT_OVERRIDES="1"),
+                         capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+def as_verl_classic(overrides: list[str], max_response_length: str) -> list[str]:
+    """The recipe's overrides for verl's own main_ppo: verl's dapo reward manager, the vanilla loss."""
+    converted = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.startswith("dapo."):
+            continue  # the recipe's own section; verl's schema has no such keys
+        if key == "reward.reward_manager.name":
+            value = "dapo"
+        elif key == "actor_rollout_ref.actor.policy_loss.loss_mode":
+            value = "vanilla"
+        elif key.startswith("reward.reward_kwargs."):
+            key = "+" + key  # not in verl's schema; verl's dapo manager reads it when present
+        converted.append(f"{key}={value}")
+    return converted + [
+        "trainer.use_v1=false",
+        f"+reward.reward_kwargs.max_resp_len={max_response_length}",
+        "+reward.reward_kwargs.overlong_buffer_cfg.log=true",  # as the recipe's config sets it
+    ]
+
+
+def run_arm(name: str, command: list[str], env: dict, run_dir: Path) -> dict:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path.unlink(missing_ok=True)
+    env = dict(env, VERL_FILE_LOGGER_PATH=str(metrics_path), PYTHONUNBUFFERED="1", RAY_DEDUP_LOGS="0")
+    (run_dir / "command.txt").write_text(" ".join(command) + "\n")
+    start = time.time()
+    with GpuMemorySampler() as memory, open(run_dir / "train.log", "w") as log:
+        code = subprocess.run(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.time() - start
+    if code != 0:
+        tail = (run_dir / "train.log").read_text()[-5000:]
+        raise RuntimeError(f"{name} failed ({code}); log tail:\n{tail}")
+    (run_dir / "run.json").write_text(json.dumps({"wall_s": wall, "peak_gpu_gib": memory.peak_gib}))
+    return load_arm(name, run_dir)
+
+
+def load_arm(name: str, run_dir: Path) -> dict:
+    """A finished run: its logged steps, wall time and peak GPU memory."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [record["data"] for record in records if record.get("step", 0) > 0]
+    return {"name": name, "steps": steps, **json.loads((run_dir / "run.json").read_text())}
+
+
+def summarize(run: dict, responses_per_step: int) -> dict:
+    """Mean figures over the timed steps; ``responses_per_step`` counts the verl arm's generated responses."""
+    steps = run["steps"]
+    timed = steps[1:] if len(steps) > 1 else steps  # the first step warms vLLM and the kernels up
+
+    def avg(key, rows=timed):
+        values = [row[key] for row in rows if key in row]
+        return mean(values) if values else float("nan")
+
+    def generated_tokens(row):
+        if "dynamic_sampling/generated_tokens" in row:  # every round, kept or dropped
+            return row["dynamic_sampling/generated_tokens"]
+        return row["response_length/mean"] * responses_per_step  # verl trains on all it generates
+
+    gen_tokens = [generated_tokens(row) for row in timed]
+    gen_seconds = [row["timing_s/gen"] for row in timed]
+    return {
+        "arm": run["name"],
+        "steps": len(steps),
+        "step_s": avg("timing_s/step"),
+        "gen_s": avg("timing_s/gen"),
+        "update_s": avg("timing_s/update_actor"),
+        "gen_tok_per_s": sum(gen_tokens) / sum(gen_seconds),
+        "gen_rounds": avg("dynamic_sampling/num_gen_rounds"),
+        "score_first": steps[0].get("critic/score/mean"),
+        "score_last": steps[-1].get("critic/score/mean"),
+        "entropy_last": steps[-1].get("actor/entropy"),
+        "clipfrac": avg("actor/pg_clipfrac"),
+        "actor_max_alloc_gib": max(row.get("perf/max_memory_allocated_gb", 0.0) for row in steps),
+        "peak_gpu_gib": run["peak_gpu_gib"],
+        "wall_s": run["wall_s"],
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", required=True, help="tokenizer folder for the built model (Qwen2.5's)")
+    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "gpu_one_gpu")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--arms", nargs="+", default=["recipe", "verl"], choices=["recipe", "verl"])
+    parser.add_argument("--reuse", action="store_true", help="reuse an arm that already finished in --work-dir")
+    parser.add_argument("--override", action="append", default=[], help="an extra Hydra override for both arms")
+    args = parser.parse_args(argv)
+    work_dir = args.work_dir.resolve()
+
+    start = time.time()
+    assets = build_model(work_dir, args.tokenizer)
+    print(f"model built in {time.time() - start:.0f} s: {assets['model_path']}", flush=True)
+    env = dict(os.environ, **LAUNCH_ENV, MODEL_PATH=assets["model_path"], TRAIN_FILE=assets["train_file"],
+               VAL_FILES=assets["val_file"], TOTAL_TRAINING_STEPS=str(args.steps), PYTHON=sys.executable)
+    extra = COMMON_OVERRIDES + args.override
+    overrides = launcher_overrides(env) + extra
+    n = int(LAUNCH_ENV["N_RESP_PER_PROMPT"])
+    runs = {}
+    for arm in args.arms:
+        run_dir = work_dir / arm
+        if args.reuse and (run_dir / "run.json").exists():
+            runs[arm] = load_arm(arm, run_dir)
+            continue
+        arm_env = dict(env, CKPTS_DIR=str(run_dir / "checkpoints"))
+        if arm == "recipe":
+            command = ["bash", str(ROOT / "scripts" / "dapo_small_one_gpu.sh"), *extra]
+        else:
+            command = [sys.executable, "-m", "verl.trainer.main_ppo",
+                       *as_verl_classic(overrides, LAUNCH_ENV["MAX_RESPONSE_LENGTH"]),
+                       f"trainer.default_local_dir={run_dir / 'checkpoints'}"]
+        print(f"{arm}: {args.steps} steps ...", flush=True)
+        runs[arm] = run_arm(arm, command, arm_env, run_dir)
+        print(f"{arm}: done in {runs[arm]['wall_s']:.0f} s", flush=True)
+    print_table(runs, n, int(LAUNCH_ENV["TRAIN_BATCH_SIZE"]))
+
+
+def print_table(runs: dict, n: int, train_batch_size: int) -> None:
+    rows = {arm: summarize(run, responses_per_step=train_batch_size * n) for arm, run in runs.items()}
+    columns = list(next(iter(rows.values())).keys())
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows.values():
+        print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()) + " |")
+    for arm, run in runs.items():
+        last = run["steps"][-1]
+        keys = sorted(k for k in last if k.split("/")[0] in {"actor", "dynamic_sampling", "overlong", "reward", "critic"})
+        print(f"\n{arm}: metrics of the last step")
+        for key in keys:
+            print(f"  {key} = {last[key]}")
+    result = {}
+    for arm, row in rows.items():
+        result[f"{arm}_step_s"] = row["step_s"]
+        result[f"{arm}_gen_tok_per_s"] = row["gen_tok_per_s"]
+        result[f"{arm}_peak_gpu_gb"] = row["peak_gpu_gib"]
+    if "recipe" in rows and "verl" in rows:
+        result["step_time_ratio"] = rows["recipe"]["step_s"] / rows["verl"]["step_s"]
+    print("RESULT " + " ".join(f"{k}={v:.3f}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()
