@@ -4,8 +4,8 @@
 #   bash scripts/prepare_data.sh OUT_DIR
 #
 # Writes OUT_DIR/{dapo-math-17k,aime-2024,aime-2025,amc23,math500,gsm8k}.parquet with the DAPO prompt
-# template, normalised answers and deduplicated problems. Assumes the recipe is installed in the `python`
-# on PATH (pip install -e .). Sources: the public Hugging Face copies (needs network and `datasets`), or,
+# template, normalised answers and deduplicated problems. Runs with $PYTHON, else the repository's .venv (from
+# scripts/install_cpu.sh) when there is one, else python3 from PATH (with the recipe's requirements). Sources: the public Hugging Face copies (needs network and `datasets`), or,
 # with DAPO_DATA_LOCAL_DIR set to a folder laid out like ../shared/data, the local copies there.
 set -euo pipefail
 
@@ -19,4 +19,7 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # The recipe from this checkout wins even if the user's python has not installed it.
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
-exec python "$REPO_ROOT/data_prep/prepare_all.py" "$OUT_DIR" "$@"
+if [[ -z "${PYTHON:-}" ]]; then
+    if [[ -x "$REPO_ROOT/.venv/bin/python" ]]; then PYTHON="$REPO_ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+exec "$PYTHON" "$REPO_ROOT/data_prep/prepare_all.py" "$OUT_DIR" "$@"

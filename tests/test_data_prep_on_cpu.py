@@ -147,9 +147,8 @@ def test_per_row_ids_fall_back_to_prompt_deduplication_with_a_warning(tmp_path, 
 
 @needs_shared
 def test_prepare_data_script_writes_all_six_files_from_the_local_folder(tmp_path):
-    env = dict(os.environ, DAPO_DATA_LOCAL_DIR=str(SHARED))
-    # The script runs the `python` on PATH: put this interpreter first.
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    # PATH without this interpreter: the script finds it through PYTHON (else the repository's .venv).
+    env = dict(os.environ, DAPO_DATA_LOCAL_DIR=str(SHARED), PYTHON=sys.executable, PATH="/usr/bin:/bin")
     completed = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "prepare_data.sh"), str(tmp_path)],
         env=env,
