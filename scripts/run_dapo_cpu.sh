@@ -13,6 +13,8 @@
 #            data, so the run needs nothing from outside; e.g. TOKENIZER_PATH=../shared/data/qwen2.5-tokenizer
 #            builds the model on the real Qwen2.5 vocabulary, ~20x slower per step on CPU),
 #            WORK_DIR (assets, checkpoints, logs; default runs/dapo_cpu), PYTHON.
+# Check:     DRY_RUN=1 bash scripts/run_dapo_cpu.sh   (composes the config and runs the start-up checks; builds
+#            nothing, starts nothing)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,14 +23,22 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 WORK_DIR=${WORK_DIR:-$ROOT/runs/dapo_cpu}
 
-if [[ -z "${MODEL_PATH:-}" || -z "${TRAIN_FILE:-}" || -z "${VAL_FILE:-}" ]]; then
-  # Prints MODEL_PATH=..., TRAIN_FILE=..., VAL_FILE=... for the built (or reused) default inputs.
-  eval "$("$PYTHON" -m recipe_dapo.default_assets --out "$WORK_DIR/assets" ${TOKENIZER_PATH:+--tokenizer "$TOKENIZER_PATH"} | grep -E '^(MODEL_PATH|TRAIN_FILE|VAL_FILE)=')"
+if [[ "${DRY_RUN:-0}" == 1 ]]; then
+  # The default inputs' paths as the build would write them; absent ones are reported "not checked".
+  : "${MODEL_PATH:=$WORK_DIR/assets/model}" "${TRAIN_FILE:=$WORK_DIR/assets/data/train.parquet}"
+  : "${VAL_FILE:=$WORK_DIR/assets/data/val.parquet}"
+  ENTRY=recipe_dapo.dry_run
+else
+  if [[ -z "${MODEL_PATH:-}" || -z "${TRAIN_FILE:-}" || -z "${VAL_FILE:-}" ]]; then
+    # Prints MODEL_PATH=..., TRAIN_FILE=..., VAL_FILE=... for the built (or reused) default inputs.
+    eval "$("$PYTHON" -m recipe_dapo.default_assets --out "$WORK_DIR/assets" ${TOKENIZER_PATH:+--tokenizer "$TOKENIZER_PATH"} | grep -E '^(MODEL_PATH|TRAIN_FILE|VAL_FILE)=')"
+  fi
+  mkdir -p "$WORK_DIR" && cd "$WORK_DIR"
+  ENTRY=recipe_dapo.main_dapo
 fi
 
-cd "$WORK_DIR"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false RAY_DEDUP_LOGS=0
-exec "$PYTHON" -m recipe_dapo.main_dapo platform=cpu \
+exec "$PYTHON" -m "$ENTRY" platform=cpu \
   data.train_files="$TRAIN_FILE" data.val_files="$VAL_FILE" \
   actor_rollout_ref.model.path="$MODEL_PATH" \
   data.max_prompt_length=128 data.max_response_length=32 \

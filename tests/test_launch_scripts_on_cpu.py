@@ -317,24 +317,7 @@ def test_dry_run_refuses_legacy_reward_keys_that_verl_would_ignore(launch_env):
         dry_run(compose(overrides))
 
 
-def _honours_dry_run(script: str) -> bool:
-    return "DRY_RUN" in (SCRIPTS / script).read_text()
-
-
-@pytest.mark.parametrize(
-    "script",
-    [
-        pytest.param(
-            script,
-            marks=pytest.mark.xfail(
-                not _honours_dry_run(script),
-                reason="the script does not switch to recipe_dapo.dry_run on DRY_RUN=1 yet",
-                strict=True,
-            ),
-        )
-        for script in LAUNCH_SCRIPTS
-    ],
-)
+@pytest.mark.parametrize("script", LAUNCH_SCRIPTS)
 def test_dry_run_flag_runs_the_dry_run_with_the_same_overrides(script, launch_env):
     module, *overrides = recorded_command(script, launch_env, DRY_RUN="1")
     assert module == "recipe_dapo.dry_run"
