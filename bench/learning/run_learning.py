@@ -36,7 +36,6 @@ docs/learning/results.md.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shlex
