@@ -5,8 +5,9 @@
 #
 # Writes OUT_DIR/{dapo-math-17k,aime-2024,aime-2025,amc23,math500,gsm8k}.parquet with the DAPO prompt
 # template, normalised answers and deduplicated problems. Runs with $PYTHON, else the repository's .venv (from
-# scripts/install_cpu.sh) when there is one, else python3 from PATH (with the recipe's requirements). Sources: the public Hugging Face copies (needs network and `datasets`), or,
-# with DAPO_DATA_LOCAL_DIR set to a folder laid out like ../shared/data, the local copies there.
+# scripts/install_cpu.sh) when there is one, else python3 from PATH (with the recipe's requirements).
+# Sources: the public Hugging Face copies (needs network and `datasets`), or, with DAPO_DATA_LOCAL_DIR set to
+# a folder laid out like ../shared/data, the local copies there.
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then

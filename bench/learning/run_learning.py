@@ -13,9 +13,9 @@ Arms (everything else equal; ``dapo`` loss in both, which with a symmetric clip 
 Budget: a DAPO step generates more than ``train_batch_size`` groups (it regenerates until the batch holds
 only groups with mixed rewards), so DAPO runs first for ``--dapo-steps`` steps and GRPO then gets
 ``round(generated responses of the DAPO run / (train_batch_size * n))`` steps, i.e. the same number of
-generated responses. The summary puts generated tokens on the x axis of every curve (exact for GRPO; for
-DAPO generated groups x n x mean response length of the trained batch, see summarize.py) so the arms are
-compared at equal generated tokens at every point, not only at the end.
+generated responses. The summary puts generated tokens on the x axis of every curve (exact for both arms:
+``dynamic_sampling/generated_tokens`` counts the groups the filter dropped too, see summarize.py) so the arms
+are compared at equal generated tokens at every point, not only at the end.
 
 Defaults (what docs/learning/results.md shows): 48 distinct problems (``--num-facts``), 8 prompts x 8
 responses per step, 4 PPO mini-batches per step (with one, the ratio is always 1 and nothing is clipped),

@@ -40,7 +40,7 @@ class Run:
     steps: np.ndarray  # training steps 1..N
     metrics: dict[int, dict[str, float]]  # step -> metrics (step 0: validation before training)
     generated_responses: np.ndarray  # per training step
-    generated_tokens: np.ndarray  # per training step (estimate for a filtered arm, see module docstring)
+    generated_tokens: np.ndarray  # per training step (exact when the sampler logged it, see module docstring)
     val_key: str | None = None
     wall_seconds: float | None = None
     extra: dict = field(default_factory=dict)
@@ -126,6 +126,10 @@ def final_figures(run: Run, last: int = 5) -> dict[str, float]:
         _, values = run.series(key)
         return float(values[:last].mean()) if len(values) else float("nan")
 
+    def overall(key):
+        _, values = run.series(key)
+        return float(np.nanmean(values)) if values.size else float("nan")
+
     val_steps, val_values = run.val_series()
     return {
         "steps": int(run.steps[-1]) if len(run.steps) else 0,
@@ -138,8 +142,8 @@ def final_figures(run: Run, last: int = 5) -> dict[str, float]:
         "entropy_first": head("actor/entropy"),
         "entropy_last": tail("actor/entropy"),
         "length_last": tail("response_length/mean"),
-        "clipfrac_mean": float(np.nanmean(run.series("actor/pg_clipfrac")[1])) if run.series("actor/pg_clipfrac")[1].size else float("nan"),
-        "clipfrac_high_mean": float(np.nanmean(run.series("actor/pg_clipfrac_high")[1])) if run.series("actor/pg_clipfrac_high")[1].size else float("nan"),
+        "clipfrac_mean": overall("actor/pg_clipfrac"),
+        "clipfrac_high_mean": overall("actor/pg_clipfrac_high"),
         "wall_seconds": run.wall_seconds if run.wall_seconds is not None else float("nan"),
     }
 
