@@ -41,6 +41,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo import preflight
+from recipe_dapo.cpu.platform import use_configured_device
 from recipe_dapo.preflight import DAPOConfigError, check_config, check_plugins_registered
 
 logger = logging.getLogger(__name__)
@@ -309,12 +310,10 @@ def summarize(config: DictConfig) -> dict[str, object]:
 
 def dry_run(config: DictConfig, require_files: bool | None = None) -> DryRunReport:
     """Check ``config`` as a launch would, without Ray; raise :class:`DAPOConfigError` listing every problem."""
-    from verl.utils.device import auto_set_device
-
     if require_files is None:
         require_files = os.environ.get(REQUIRE_FILES_ENV, "0") not in ("", "0", "false")
     report = DryRunReport()
-    auto_set_device(config)
+    use_configured_device(config)
     check_plugins_registered(where="the dry run")
     try:
         # The task runner resolves the whole config; a broken interpolation should fail here, not there.

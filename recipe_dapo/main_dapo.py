@@ -20,6 +20,7 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
+from recipe_dapo.cpu.platform import use_configured_device
 from recipe_dapo.preflight import check_config, check_plugins_registered
 
 logger = logging.getLogger(__name__)
@@ -76,9 +77,8 @@ class DAPOTaskRunner(BaseTaskRunner):
 def run(config: DictConfig) -> None:
     """Check the configuration, then train (verl's run_ppo starts Ray and the task runner)."""
     from verl.trainer.main_ppo import run_ppo
-    from verl.utils.device import auto_set_device
 
-    auto_set_device(config)
+    use_configured_device(config)
     check_plugins_registered(where="the driver")
     check_config(config)
     run_ppo(config, task_runner_class=DAPOTaskRunner)

@@ -58,6 +58,23 @@ def test_cpu_platform_overlay_sets_what_vllm_cpu_and_fsdp2_need():
     assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "dapo"
 
 
+def ray_runtime_env_as_verl_builds_it(config) -> dict:
+    """The runtime env verl's run_ppo passes to ray.init: its defaults with ray_init.runtime_env on top."""
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    merged = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
+    return OmegaConf.to_container(merged)
+
+
+def test_cpu_overlay_pins_the_cpu_platform_in_every_ray_worker():
+    env_vars = ray_runtime_env_as_verl_builds_it(compose_recipe_config(["platform=cpu"]))["env_vars"]
+    assert env_vars["VERL_PLATFORM"] == "cpu"
+    # Merged into verl's defaults, not replacing them.
+    assert "TOKENIZERS_PARALLELISM" in env_vars
+    # Accelerator machines keep verl's own platform detection.
+    assert "VERL_PLATFORM" not in ray_runtime_env_as_verl_builds_it(compose_recipe_config([])).get("env_vars", {})
+
+
 def test_verl_rollout_dataclass_accepts_the_cpu_overlay():
     from verl.utils.config import omega_conf_to_dataclass
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 
 import pytest
 import torch
@@ -91,3 +92,31 @@ def test_vllm_plugin_makes_linear_layers_compute_on_their_live_weight():
     layer.weight.data.mul_(2)  # a weight sync writes in place
     assert layer.cpu_linear(x, layer.weight, None).tolist() == [[6.0, 6.0]]
     assert layer.weight.numel() == 6  # never replaced by an empty parameter
+
+
+def test_platform_cpu_config_pins_the_driver_to_cpu_even_where_a_gpu_is_detected(monkeypatch):
+    """On a GPU machine, `platform=cpu` must not be rewritten to cuda by verl's auto_set_device."""
+    from verl.plugin.platform import PlatformRegistry, get_platform, platform_manager
+
+    from conftest import compose_recipe_config
+    from recipe_dapo.cpu.platform import use_configured_device
+
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    monkeypatch.setattr(platform_manager, "_current_platform", None)
+    cuda_cls = PlatformRegistry.get("nvidia")
+    monkeypatch.setattr(cuda_cls, "is_platform_available", lambda self, use_smi_check=False: True)
+    # Without the pin, verl would take the (faked) GPU: the situation the pin exists for.
+    assert get_platform().device_name == "cuda"
+
+    config = compose_recipe_config(["platform=cpu"])
+    use_configured_device(config)
+    assert get_platform().device_name == "cpu"
+    assert config.trainer.device == "cpu"
+    assert os.environ["VERL_PLATFORM"] == "cpu"  # inherited by a local Ray cluster's workers
+
+    # A GPU config on the same machine keeps verl's detection.
+    monkeypatch.delenv("VERL_PLATFORM")
+    monkeypatch.setattr(platform_manager, "_current_platform", None)
+    gpu_config = compose_recipe_config([])
+    use_configured_device(gpu_config)
+    assert gpu_config.trainer.device == "cuda" and get_platform().device_name == "cuda"

@@ -164,6 +164,35 @@ class PlatformCPU(PlatformBase):
         return None
 
 
+def pin_cpu_platform() -> None:
+    """Make this process use the CPU platform, as ``platform=cpu`` does for every Ray worker it starts.
+
+    Called by the driver when the config says ``trainer.device=cpu``: on a machine that also has a GPU, verl's
+    auto-detection would otherwise pick CUDA here and rewrite ``trainer.device`` to ``cuda`` while the workers
+    (pinned by the overlay's runtime env) run on CPU.
+    """
+    from verl.plugin.platform import get_platform, set_platform
+
+    os.environ["VERL_PLATFORM"] = PLATFORM_NAME
+    if get_platform().device_name != PLATFORM_NAME:  # resolved before the pin: replace it
+        set_platform(PlatformCPU())
+    from recipe_dapo.cpu import compat
+
+    compat.apply()
+
+
+def use_configured_device(config) -> None:
+    """Settle this process's platform and ``trainer.device`` before any check or worker uses them.
+
+    ``trainer.device=cpu`` pins the CPU platform; otherwise verl's ``auto_set_device`` keeps the detected one.
+    """
+    from verl.utils.device import auto_set_device
+
+    if config.trainer.device == PLATFORM_NAME:
+        pin_cpu_platform()
+    auto_set_device(config)
+
+
 def cpu_platform_active() -> bool:
     """True when verl's platform singleton is (or will resolve to) this CPU platform."""
     from verl.plugin.platform import get_platform
