@@ -41,7 +41,6 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo import preflight
-from recipe_dapo.cpu.platform import use_configured_device
 from recipe_dapo.preflight import DAPOConfigError, check_config, check_plugins_registered
 
 logger = logging.getLogger(__name__)
@@ -310,6 +309,9 @@ def summarize(config: DictConfig) -> dict[str, object]:
 
 def dry_run(config: DictConfig, require_files: bool | None = None) -> DryRunReport:
     """Check ``config`` as a launch would, without Ray; raise :class:`DAPOConfigError` listing every problem."""
+    # Imported here: importing verl configures logging, which must come after this module's basicConfig.
+    from recipe_dapo.cpu.platform import use_configured_device
+
     if require_files is None:
         require_files = os.environ.get(REQUIRE_FILES_ENV, "0") not in ("", "0", "false")
     report = DryRunReport()
