@@ -142,9 +142,7 @@ _model_tag=$(basename "$MODEL_PATH" | tr '[:upper:]' '[:lower:]')
 : "${ROLLOUT_MAX_BATCHED_TOKENS:=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))}"
 : "${MICRO_BATCH_SIZE_PER_GPU:=4}" "${AGENT_WORKERS:=}"
 : "${LAUNCH_MODE:=local}" "${DRY_RUN:=0}" "${PRINT_OVERRIDES:=0}"
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
-fi
+source "$ROOT/scripts/lib/python.sh"  # sets PYTHON
 
 # A Hydra quoted string keeps any path intact (commas, '=', spaces).
 hydra_str() { [[ $1 != *"'"* ]] || die "a path with a single quote is not supported: $1"; printf "'%s'" "$1"; }

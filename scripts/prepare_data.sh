@@ -20,7 +20,5 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # The recipe from this checkout wins even if the user's python has not installed it.
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
-if [[ -z "${PYTHON:-}" ]]; then
-    if [[ -x "$REPO_ROOT/.venv/bin/python" ]]; then PYTHON="$REPO_ROOT/.venv/bin/python"; else PYTHON=python3; fi
-fi
+source "$REPO_ROOT/scripts/lib/python.sh"  # sets PYTHON
 exec "$PYTHON" "$REPO_ROOT/data_prep/prepare_all.py" "$OUT_DIR" "$@"

@@ -18,9 +18,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python; fi
-fi
+source "$ROOT/scripts/lib/python.sh"  # sets PYTHON
 WORK_DIR=${WORK_DIR:-$ROOT/runs/dapo_cpu}
 
 if [[ "${DRY_RUN:-0}" == 1 ]]; then
