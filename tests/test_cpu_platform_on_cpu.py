@@ -120,3 +120,56 @@ def test_platform_cpu_config_pins_the_driver_to_cpu_even_where_a_gpu_is_detected
     gpu_config = compose_recipe_config([])
     use_configured_device(gpu_config)
     assert gpu_config.trainer.device == "cuda" and get_platform().device_name == "cuda"
+
+
+def test_inside_ray_workers_only_the_pin_selects_the_cpu_platform(monkeypatch):
+    """A GPU job's CPU-only actor on a node without an accelerator must not take the CPU platform."""
+    from recipe_dapo.cpu.platform import PlatformCPU
+
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    monkeypatch.delenv("RAY_RAYLET_PID", raising=False)
+    assert PlatformCPU().is_platform_available()  # a shell-launched process on this accelerator-free machine
+    monkeypatch.setenv("RAY_RAYLET_PID", "12345")
+    assert not PlatformCPU().is_platform_available()
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    assert PlatformCPU().is_platform_available()
+
+
+RAY_ACTOR_PLATFORM_SCRIPT = r"""
+import json, sys
+import ray
+from omegaconf import OmegaConf
+from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+from recipe_dapo.dry_run import compose
+
+config = compose(sys.argv[1:])
+runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
+ray.init(num_cpus=1, include_dashboard=False, runtime_env=OmegaConf.to_container(runtime_env))
+
+@ray.remote(num_cpus=1)
+def worker_platform():
+    from verl.plugin.platform import get_platform
+    return get_platform().device_name
+
+print("PLATFORM=" + ray.get(worker_platform.remote()))
+ray.shutdown()
+"""
+
+
+@pytest.mark.parametrize("overrides, expected", [(["platform=cpu"], "cpu"), ([], "cuda")])
+def test_a_real_ray_worker_gets_its_platform_from_the_config_not_from_its_node(tmp_path, overrides, expected):
+    """Ray workers started with verl's runtime env for the config: CPU only when the config says so.
+
+    Without the pin, verl's detection finds no GPU on this machine and falls back to its CUDA platform, as it
+    would without the recipe: the CPU platform never takes over a GPU job's workers.
+    """
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "RAY_ADDRESS")}
+    result = subprocess.run(
+        [sys.executable, "-c", RAY_ACTOR_PLATFORM_SCRIPT, *overrides],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"PLATFORM={expected}" in result.stdout, result.stdout[-2000:]

@@ -3,7 +3,9 @@
 Registered in ``verl.plugin.platform.PlatformRegistry`` under ``cpu`` when this module is imported (the
 ``verl.plugins`` entry point does it in every process). verl probes the registered platforms in order and
 takes the first available one; ours reports itself available only when none of the others is, so a GPU or
-NPU machine keeps its own platform. ``VERL_PLATFORM=cpu`` forces it.
+NPU machine keeps its own platform. ``VERL_PLATFORM=cpu`` forces it; the ``platform=cpu`` config sets it in the
+driver and, through Ray's runtime env, in every worker. Inside Ray workers nothing else turns it on: a GPU job's
+CPU-only actors must keep verl's own platform even on a node without an accelerator.
 """
 
 from __future__ import annotations
@@ -73,6 +75,12 @@ def accelerator_present() -> bool:
     return False
 
 
+def in_ray_worker_process() -> bool:
+    """True in a process Ray started (actors, tasks, job entrypoints) and in their children."""
+    # Ray sets this in every worker it starts; a driver launched from a shell does not have it.
+    return "RAY_RAYLET_PID" in os.environ
+
+
 @PlatformRegistry.register(platform=PLATFORM_NAME)
 class PlatformCPU(PlatformBase):
     """verl platform backed by the host CPU: gloo collectives, no IPC, no device profiler."""
@@ -97,6 +105,11 @@ class PlatformCPU(PlatformBase):
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
         if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
             return True
+        if in_ray_worker_process():
+            # A CPU run pins VERL_PLATFORM=cpu in every worker (platform=cpu). Without the pin this is a GPU job's
+            # CPU-only actor (task runner, agent-loop worker) on a node with no GPU or no nvidia-smi: taking this
+            # platform there would start the job's vLLM servers with VLLM_TARGET_DEVICE=cpu.
+            return False
         return not accelerator_present()
 
     def current_device(self) -> torch.device:
