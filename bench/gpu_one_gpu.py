@@ -21,11 +21,16 @@ generated per second of the ``gen`` timer: for the recipe every round's tokens, 
 
     python bench/gpu_one_gpu.py --tokenizer ../shared/data/qwen2.5-tokenizer --steps 6
 
+A watchdog stops an arm whose log stays silent for ``--stall-after`` seconds (default 300) or that runs past
+``--arm-time-limit`` (default 1800): it writes the stack of every Python process in the arm's tree (driver, Ray,
+vLLM; with ``py-spy`` installed) and ``nvidia-smi`` to ``<work-dir>/<arm>/stacks.txt``, stops the tree, runs the
+other arm anyway, prints the table of the arms that finished and exits non-zero.
+
 Status: on one H100 (vLLM 0.24.0, torch 2.11, no flash-attn package) the model build, Ray, the FSDP actor
 and the vLLM server started, and the first rollout round of the recipe arm did not complete within three
 minutes in two attempts (cause not established; the first thing to try is ``--override
-actor_rollout_ref.rollout.free_cache_engine=false --override actor_rollout_ref.rollout.enable_sleep_mode=false``).
-No figures from it are published yet.
+actor_rollout_ref.rollout.free_cache_engine=false --override actor_rollout_ref.rollout.enable_sleep_mode=false``,
+and ``--arms verl`` to see whether verl's own trainer stalls the same way). No figures from it are published yet.
 
 Last line: ``RESULT recipe_step_s=... verl_step_s=... step_time_ratio=... recipe_gen_tok_per_s=...
 verl_gen_tok_per_s=... recipe_peak_gpu_gb=... verl_peak_gpu_gb=...``.
@@ -36,6 +41,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -82,6 +89,8 @@ class GpuMemorySampler:
         self.period_s, self.peak_mib, self._stop = period_s, 0.0, threading.Event()
 
     def _loop(self):
+        if shutil.which("nvidia-smi") is None:
+            return  # no NVIDIA GPU here: the peak stays 0
         while not self._stop.is_set():
             out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True).stdout
@@ -130,19 +139,110 @@ def as_verl_classic(overrides: list[str], max_response_length: str) -> list[str]
     ]
 
 
-def run_arm(name: str, command: list[str], env: dict, run_dir: Path) -> dict:
+class ArmFailed(RuntimeError):
+    """An arm that exited with an error, stalled or ran out of time; the message says where its evidence is."""
+
+
+def process_tree(root_pid: int) -> list[int]:
+    """``root_pid`` and every live descendant (a local Ray cluster's GCS, raylet and workers among them)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited while we looked
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, frontier = [], [root_pid]
+    while frontier:
+        pid = frontier.pop()
+        tree.append(pid)
+        frontier.extend(children.get(pid, []))
+    return tree
+
+
+def dump_stacks(pids: list[int], path: Path) -> None:
+    """Every Python process's stack (``py-spy dump``, when installed) and the GPU's state, for a post-mortem."""
+    py_spy, lines = shutil.which("py-spy"), []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        lines.append(f"=== pid {pid}: {cmdline[:300]}")
+        if py_spy and ("python" in cmdline or cmdline.startswith("ray::")):
+            dump = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+            lines.append(dump.stdout or dump.stderr)
+    if not py_spy:
+        lines.append("(py-spy is not installed: `pip install py-spy` to get Python stacks here)")
+    if shutil.which("nvidia-smi"):
+        lines.append(subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout)
+    path.write_text("\n".join(lines))
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie has exited; it only waits for its parent to reap it
+
+
+def stop_tree(pids: list[int], grace_s: float = 10) -> None:
+    """SIGTERM to every process, then SIGKILL to those still there after ``grace_s``."""
+    def signal_all(sig) -> int:
+        sent = 0
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                sent += 1
+            except ProcessLookupError:
+                pass
+        return sent
+
+    signal_all(signal.SIGTERM)
+    deadline = time.time() + grace_s
+    while time.time() < deadline and any(running(pid) for pid in pids):
+        time.sleep(0.5)
+    signal_all(signal.SIGKILL)
+
+
+def run_arm(name: str, command: list[str], env: dict, run_dir: Path, stall_after_s: float, time_limit_s: float) -> dict:
+    """Run one arm; if its log stays silent for ``stall_after_s`` or it runs past ``time_limit_s``, dump the
+    stacks of its whole process tree to ``stacks.txt``, stop it and raise :class:`ArmFailed`."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path, log_path = run_dir / "metrics.jsonl", run_dir / "train.log"
     metrics_path.unlink(missing_ok=True)
     env = dict(env, VERL_FILE_LOGGER_PATH=str(metrics_path), PYTHONUNBUFFERED="1", RAY_DEDUP_LOGS="0")
     (run_dir / "command.txt").write_text(" ".join(command) + "\n")
-    start = time.time()
-    with GpuMemorySampler() as memory, open(run_dir / "train.log", "w") as log:
-        code = subprocess.run(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    start = last_output = time.time()
+    log_size, why = 0, None
+    with GpuMemorySampler() as memory, open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                process.wait(timeout=2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now, size = time.time(), log_path.stat().st_size
+            if size != log_size:
+                log_size, last_output = size, now
+            if now - last_output > stall_after_s:
+                why = f"stalled: no output for {now - last_output:.0f} s"
+            elif now - start > time_limit_s:
+                why = f"ran past --arm-time-limit ({time_limit_s:.0f} s)"
+            if why:
+                tree = process_tree(process.pid)
+                dump_stacks(tree, run_dir / "stacks.txt")
+                stop_tree(tree)
+                process.wait()
+                break
     wall = time.time() - start
-    if code != 0:
-        tail = (run_dir / "train.log").read_text()[-5000:]
-        raise RuntimeError(f"{name} failed ({code}); log tail:\n{tail}")
+    tail = log_path.read_text(errors="replace")[-5000:]
+    if why:
+        raise ArmFailed(f"{name} {why} after {wall:.0f} s; stacks in {run_dir / 'stacks.txt'}; log tail:\n{tail}")
+    if process.returncode != 0:
+        raise ArmFailed(f"{name} failed ({process.returncode}); log tail:\n{tail}")
     (run_dir / "run.json").write_text(json.dumps({"wall_s": wall, "peak_gpu_gib": memory.peak_gib}))
     return load_arm(name, run_dir)
 
@@ -196,6 +296,9 @@ def main(argv=None) -> None:
     parser.add_argument("--arms", nargs="+", default=["recipe", "verl"], choices=["recipe", "verl"])
     parser.add_argument("--reuse", action="store_true", help="reuse an arm that already finished in --work-dir")
     parser.add_argument("--override", action="append", default=[], help="an extra Hydra override for both arms")
+    parser.add_argument("--stall-after", type=float, default=300,
+                        help="seconds of log silence after which an arm counts as stalled (stacks dumped, arm stopped)")
+    parser.add_argument("--arm-time-limit", type=float, default=1800, help="seconds one arm may run in all")
     args = parser.parse_args(argv)
     work_dir = args.work_dir.resolve()
 
@@ -207,7 +310,7 @@ def main(argv=None) -> None:
     extra = COMMON_OVERRIDES + args.override
     overrides = launcher_overrides(env) + extra
     n = int(LAUNCH_ENV["N_RESP_PER_PROMPT"])
-    runs = {}
+    runs, failures = {}, {}
     for arm in args.arms:
         run_dir = work_dir / arm
         if args.reuse and (run_dir / "run.json").exists():
@@ -221,9 +324,17 @@ def main(argv=None) -> None:
                        *as_verl_classic(overrides, LAUNCH_ENV["MAX_RESPONSE_LENGTH"]),
                        f"trainer.default_local_dir={run_dir / 'checkpoints'}"]
         print(f"{arm}: {args.steps} steps ...", flush=True)
-        runs[arm] = run_arm(arm, command, arm_env, run_dir)
+        try:
+            runs[arm] = run_arm(arm, command, arm_env, run_dir, args.stall_after, args.arm_time_limit)
+        except ArmFailed as failure:  # the other arm still runs: whether it stalls too is half the diagnosis
+            failures[arm] = str(failure)
+            print(failure, flush=True)
+            continue
         print(f"{arm}: done in {runs[arm]['wall_s']:.0f} s", flush=True)
-    print_table(runs, n, int(LAUNCH_ENV["TRAIN_BATCH_SIZE"]))
+    if runs:
+        print_table(runs, n, int(LAUNCH_ENV["TRAIN_BATCH_SIZE"]))
+    if failures:
+        sys.exit(f"arms that did not finish: {', '.join(failures)} (see above)")
 
 
 def print_table(runs: dict, n: int, train_batch_size: int) -> None:
