@@ -143,15 +143,21 @@ class ArmFailed(RuntimeError):
     """An arm that exited with an error, stalled or ran out of time; the message says where its evidence is."""
 
 
+def proc_stat_fields(pid) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent pid, ...); None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def process_tree(root_pid: int) -> list[int]:
     """``root_pid`` and every live descendant (a local Ray cluster's GCS, raylet and workers among them)."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited while we looked
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    for entry in Path("/proc").iterdir():
+        fields = proc_stat_fields(entry.name) if entry.name.isdigit() else None
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     tree, frontier = [], [root_pid]
     while frontier:
         pid = frontier.pop()
@@ -180,24 +186,18 @@ def dump_stacks(pids: list[int], path: Path) -> None:
 
 
 def running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"  # a zombie has exited; it only waits for its parent to reap it
+    fields = proc_stat_fields(pid)
+    return fields is not None and fields[0] != "Z"  # a zombie has exited; it only waits for its parent to reap it
 
 
 def stop_tree(pids: list[int], grace_s: float = 10) -> None:
     """SIGTERM to every process, then SIGKILL to those still there after ``grace_s``."""
-    def signal_all(sig) -> int:
-        sent = 0
+    def signal_all(sig) -> None:
         for pid in pids:
             try:
                 os.kill(pid, sig)
-                sent += 1
             except ProcessLookupError:
                 pass
-        return sent
 
     signal_all(signal.SIGTERM)
     deadline = time.time() + grace_s

@@ -29,6 +29,15 @@ def compose_recipe_config(overrides: list[str] = ()):
         return compose("dapo_trainer", overrides=list(overrides))
 
 
+def ray_runtime_env_as_verl_builds_it(config) -> dict:
+    """The runtime env verl's run_ppo passes to ray.init: its defaults with ray_init.runtime_env on top."""
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    merged = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
+    return OmegaConf.to_container(merged)
+
+
 @pytest.fixture(scope="session")
 def default_assets(tmp_path_factory):
     """The default run's inputs (synthetic data, BPE tokenizer, warmed-up tiny Qwen2), built once per session."""

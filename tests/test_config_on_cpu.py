@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe_dapo.preflight import DAPOConfigError, check_config
-from conftest import compose_recipe_config
+from conftest import compose_recipe_config, ray_runtime_env_as_verl_builds_it
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +56,6 @@ def test_cpu_platform_overlay_sets_what_vllm_cpu_and_fsdp2_need():
     assert config.ray_kwargs.ray_init.num_gpus == 1
     # The overlay leaves the algorithm alone.
     assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "dapo"
-
-
-def ray_runtime_env_as_verl_builds_it(config) -> dict:
-    """The runtime env verl's run_ppo passes to ray.init: its defaults with ray_init.runtime_env on top."""
-    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
-
-    merged = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
-    return OmegaConf.to_container(merged)
 
 
 def test_cpu_overlay_pins_the_cpu_platform_in_every_ray_worker():

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 
 import pytest
 import torch
+
+from conftest import compose_recipe_config, ray_runtime_env_as_verl_builds_it
 
 
 def test_cpu_platform_is_registered_and_resolved_on_this_accelerator_free_machine():
@@ -98,7 +101,6 @@ def test_platform_cpu_config_pins_the_driver_to_cpu_even_where_a_gpu_is_detected
     """On a GPU machine, `platform=cpu` must not be rewritten to cuda by verl's auto_set_device."""
     from verl.plugin.platform import PlatformRegistry, get_platform, platform_manager
 
-    from conftest import compose_recipe_config
     from recipe_dapo.cpu.platform import use_configured_device
 
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
@@ -138,13 +140,8 @@ def test_inside_ray_workers_only_the_pin_selects_the_cpu_platform(monkeypatch):
 RAY_ACTOR_PLATFORM_SCRIPT = r"""
 import json, sys
 import ray
-from omegaconf import OmegaConf
-from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
-from recipe_dapo.dry_run import compose
 
-config = compose(sys.argv[1:])
-runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
-ray.init(num_cpus=1, include_dashboard=False, runtime_env=OmegaConf.to_container(runtime_env))
+ray.init(num_cpus=1, include_dashboard=False, runtime_env=json.loads(sys.argv[1]))
 
 @ray.remote(num_cpus=1)
 def worker_platform():
@@ -166,9 +163,10 @@ def test_a_real_ray_worker_gets_its_platform_from_the_config_not_from_its_node(t
     import subprocess
     import sys
 
+    runtime_env = ray_runtime_env_as_verl_builds_it(compose_recipe_config(overrides))
     env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "RAY_ADDRESS")}
     result = subprocess.run(
-        [sys.executable, "-c", RAY_ACTOR_PLATFORM_SCRIPT, *overrides],
+        [sys.executable, "-c", RAY_ACTOR_PLATFORM_SCRIPT, json.dumps(runtime_env)],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -184,10 +184,10 @@ def pin_cpu_platform() -> None:
     auto-detection would otherwise pick CUDA here and rewrite ``trainer.device`` to ``cuda`` while the workers
     (pinned by the overlay's runtime env) run on CPU.
     """
-    from verl.plugin.platform import get_platform, set_platform
+    from verl.plugin.platform import set_platform
 
     os.environ["VERL_PLATFORM"] = PLATFORM_NAME
-    if get_platform().device_name != PLATFORM_NAME:  # resolved before the pin: replace it
+    if not cpu_platform_active():  # verl resolved its platform before the pin: replace it
         set_platform(PlatformCPU())
     from recipe_dapo.cpu import compat
 
