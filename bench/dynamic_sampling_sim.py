@@ -21,12 +21,13 @@ Run: python bench/dynamic_sampling_sim.py [--steps 60]
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from recipe_dapo.dynamic_sampling import DynamicSampler, DynamicSamplingConfig
+from recipe_dapo.dynamic_sampling import DynamicSampler, DynamicSamplingConfig, PromptStream, ScoredRound, collect_step
 
 TRAIN_PROMPTS = 512
 GEN_PROMPTS = 3 * TRAIN_PROMPTS  # the paper's gen_batch_size
@@ -80,21 +81,22 @@ def simulate(distribution: tuple, scheme: dict, steps: int, seed: int) -> RunSum
         gen_batch_size=GEN_PROMPTS,
     )
     sampler = DynamicSampler(config)
+    # Prompts are serial numbers; a prompt instance's responses share its number as their group id.
+    stream = PromptStream(lambda epoch: (np.arange(i, i + GEN_PROMPTS) for i in itertools.count(0, GEN_PROMPTS)))
     (a0, b0), (a1, b1) = distribution
-    next_uid = 0
     rounds, carried, dropped, trained = [], 0, 0, 0
     for step in range(1, steps + 1):
         progress = (step - 1) / max(steps - 1, 1)
         a, b = a0 + (a1 - a0) * progress, b0 + (b1 - b0) * progress
-        sampler.begin_step(step)
-        while sampler.needs_more_rounds():
-            prompts = sampler.prompts_for_next_round()
-            pass_rate = rng.beta(a, b, size=prompts)
-            correct = rng.random((prompts, RESPONSES)) < pass_rate[:, None]
-            uids = np.repeat(np.arange(next_uid, next_uid + prompts), RESPONSES)
-            next_uid += prompts
-            sampler.add_round(uids, group_ids=uids, metric_values=correct.reshape(-1))
-        batch, metrics = sampler.take_training_batch()
+
+        def generate_round(prompts: np.ndarray) -> ScoredRound:
+            pass_rate = rng.beta(a, b, size=len(prompts))
+            correct = rng.random((len(prompts), RESPONSES)) < pass_rate[:, None]
+            uids = np.repeat(prompts, RESPONSES)
+            return ScoredRound(uids, group_ids=uids, metric_values=correct.reshape(-1))
+
+        collected = collect_step(sampler, stream, generate_round, step)
+        batch, metrics = collected.batch, collected.metrics
         rounds.append(int(metrics["dynamic_sampling/num_gen_rounds"]))
         carried += int(metrics["dynamic_sampling/carried_in_groups"])
         dropped += int(metrics["dynamic_sampling/dropped_stale_groups"])

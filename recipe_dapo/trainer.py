@@ -4,10 +4,14 @@ One training step, as the paper writes it::
 
     collect_filtered_batch   sample prompts, generate G responses each, score them, drop groups whose
                              responses all score the same, repeat until train_batch_size groups are in hand
+    replicas.sleep           the rollout replicas free their memory for the actor
     prepare_update           old (and reference) log-probs, GRPO advantages
     filter_overlong          truncated responses contribute no loss (when overlong filtering is on)
     update_actor             the policy update, then weight sync to the rollout engine
     maybe_save, maybe_validate, log_step
+
+The rollout replicas follow verl's protocol whatever the number of rounds in a step (``rollout_replicas``):
+awake with the actor's current weights for every generation, asleep while the actor works.
 
 Everything else (workers, weight sync, checkpoints, validation generation, metric helpers) is the base
 class's; the algorithmic decisions live in pure modules (``dynamic_sampling``, ``overlong_filter``,
@@ -42,11 +46,20 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 from verl.utils.tracking import Tracking
 
-from recipe_dapo.dynamic_sampling import DATAPROTO_OPS, DynamicSampler, DynamicSamplingConfig, PromptStream, trajectory_metric
+from recipe_dapo.dynamic_sampling import (
+    DATAPROTO_OPS,
+    DynamicSampler,
+    DynamicSamplingConfig,
+    PromptStream,
+    ScoredRound,
+    collect_step,
+    trajectory_metric,
+)
 from recipe_dapo.metrics import validation_problem_metrics, with_problem_uids
 from recipe_dapo.overlong_filter import apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.reward.metrics import reward_metrics
+from recipe_dapo.rollout_replicas import RolloutReplicas
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +76,11 @@ class RayDAPOTrainer(RayPPOTrainer):
         self.eos_token_ids = stop_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
 
     # ------------------------------------------------------------------ set-up
+
+    def init_workers(self):
+        """verl's workers, rollout replicas and checkpoint manager; the replicas start asleep."""
+        super().init_workers()
+        self.replicas = RolloutReplicas(self.checkpoint_manager)
 
     def _dynamic_sampling_config(self) -> DynamicSamplingConfig:
         data = self.config.data
@@ -109,7 +127,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         )
         self.global_steps = 0
         self._load_checkpoint()
-        self.checkpoint_manager.update_weights(self.global_steps)
+        self.replicas.sync_weights(self.global_steps)
         SkipManager.init(self.config)
 
         if self.config.trainer.get("val_before_train", True):
@@ -141,6 +159,8 @@ class RayDAPOTrainer(RayPPOTrainer):
         is_last_step = self.global_steps >= self.total_training_steps
         with marked_timer("step", timing):
             batch = self.collect_filtered_batch(metrics, timing)
+            with marked_timer("rollout_sleep", timing):
+                self.replicas.sleep()  # however many rounds ran (none, one, several): the actor needs the memory
             if batch is not None:
                 batch = self.prepare_update(batch, metrics, timing)
                 unfiltered_mask = self.filter_overlong(batch, metrics)
@@ -159,27 +179,34 @@ class RayDAPOTrainer(RayPPOTrainer):
 
     def collect_filtered_batch(self, metrics: dict, timing: dict) -> Optional[DataProto]:
         """Generate and score rounds until ``train_batch_size`` qualifying groups are pooled (dynamic sampling)."""
-        metric_name = self.config.algorithm.filter_groups.metric
-        self.sampler.begin_step(self.global_steps)
-        scored_columns = []  # reward metrics describe everything scored this step, before filtering
-        while self.sampler.needs_more_rounds():
-            rollouts = self.generate_and_score(self.prompt_stream.take(self.sampler.prompts_for_next_round()), timing)
-            scored_columns.append(rollouts.non_tensor_batch)
-            self.sampler.add_round(
-                rollouts,
-                group_ids=rollouts.non_tensor_batch["uid"],
-                metric_values=trajectory_metric(metric_name, rollouts.batch, rollouts.non_tensor_batch),
-                generated_tokens=int(rollouts.batch["response_mask"].sum()),
-            )
-        batch, sampling_metrics = self.sampler.take_training_batch(groups_multiple_of=self._groups_multiple())
-        metrics.update(sampling_metrics)
-        if scored_columns:
-            metrics.update(reward_metrics(_concat_columns(scored_columns)))
-        return batch
+        collected = collect_step(
+            self.sampler,
+            self.prompt_stream,
+            lambda prompts: self.generate_round(prompts, timing),
+            step=self.global_steps,
+            groups_multiple_of=self._groups_multiple(),
+        )
+        metrics.update(collected.metrics)
+        if collected.rounds:  # reward metrics describe everything scored this step, before filtering
+            metrics.update(reward_metrics(collected.scored_columns))
+        return collected.batch
 
     def _groups_multiple(self) -> int:
         """A partial batch must still split evenly into PPO mini-batches."""
         return int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size)
+
+    def generate_round(self, prompts: DataProto, timing: dict) -> ScoredRound:
+        """One round for the sampler: the scored rollouts, their uids, filter metric and generated tokens."""
+        rollouts = self.generate_and_score(prompts, timing)
+        return ScoredRound(
+            rollouts=rollouts,
+            group_ids=rollouts.non_tensor_batch["uid"],
+            metric_values=trajectory_metric(
+                self.config.algorithm.filter_groups.metric, rollouts.batch, rollouts.non_tensor_batch
+            ),
+            generated_tokens=int(rollouts.batch["response_mask"].sum()),
+            columns=rollouts.non_tensor_batch,
+        )
 
     def generate_and_score(self, prompts: DataProto, timing: dict) -> DataProto:
         """G responses per prompt from the rollout engine, with their rewards (one ``uid`` per prompt)."""
@@ -188,9 +215,10 @@ class RayDAPOTrainer(RayPPOTrainer):
         prompts.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(prompts))], dtype=object)
         gen_batch = self._get_gen_batch(prompts)
         gen_batch.meta_info["global_steps"] = self.global_steps
+        with marked_timer("wake_replicas", timing, color="red"):
+            self.replicas.ready_for_generation(self.global_steps)  # a no-op unless asleep or behind the actor
         with marked_timer("gen", timing, color="red"):
             output = self.async_rollout_manager.generate_sequences(gen_batch.repeat(repeat_times=n, interleave=True))
-            self.checkpoint_manager.sleep_replicas()
         # Per-round meta_info must not travel with the rollouts: rounds (and carried-over groups from
         # earlier steps) are concatenated later, and DataProto.concat requires equal meta_info.
         for key, seconds in output.meta_info.pop("timing", {}).items():
@@ -201,6 +229,7 @@ class RayDAPOTrainer(RayPPOTrainer):
             rollouts.batch["response_mask"] = compute_response_mask(rollouts)
         with marked_timer("reward", timing, color="yellow"):
             if self.use_rm and "rm_scores" not in rollouts.batch.keys():
+                self.replicas.sleep()  # a colocated reward model needs the replicas' memory (as in verl)
                 rollouts = rollouts.union(self._compute_reward_colocate(rollouts))
             reward_tensor, reward_extra_info = extract_reward(rollouts)
         rollouts.batch["token_level_scores"] = reward_tensor
@@ -295,9 +324,10 @@ class RayDAPOTrainer(RayPPOTrainer):
         """The policy update, then the weight sync to the rollout engine."""
         with marked_timer("update_actor", timing, color="red"):
             actor_output = self._update_actor(batch)
+        self.replicas.actor_updated()
         metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
         with marked_timer("update_weights", timing, color="red"):
-            self.checkpoint_manager.update_weights(self.global_steps)
+            self.replicas.sync_weights(self.global_steps)
         rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
         if rollout_data_dir:
             reward_extra = {k: batch.non_tensor_batch[k] for k in batch.meta_info.get("reward_extra_keys", [])}
@@ -321,6 +351,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         test_freq = self.config.trainer.test_freq
         if test_freq > 0 and (is_last_step or self.global_steps % test_freq == 0):
             with marked_timer("testing", timing, color="green"):
+                self.replicas.ready_for_generation(self.global_steps)  # asleep if this step skipped its update
                 metrics.update(self._validate())
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
@@ -374,11 +405,6 @@ class RayDAPOTrainer(RayPPOTrainer):
         self.train_dataloader.load_state_dict(state["dataloader"])
         logger.info("resumed dynamic sampling at step %d (%d groups pooled)", self.global_steps, self.sampler.pooled_groups)
         return result
-
-
-def _concat_columns(columns: list[dict]) -> dict:
-    shared = set.intersection(*(set(c) for c in columns))
-    return {key: np.concatenate([np.asarray(c[key]) for c in columns]) for key in shared}
 
 
 def _images_seqlens(batch: DataProto) -> list:

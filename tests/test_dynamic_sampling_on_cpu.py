@@ -27,6 +27,8 @@ from recipe_dapo.dynamic_sampling import (
     DynamicSamplingExhausted,
     KeepRateEstimate,
     PromptStream,
+    ScoredRound,
+    collect_step,
     group_statistics,
     next_round_prompts,
     trajectory_metric,
@@ -503,13 +505,13 @@ class ToyRun:
             non_tensors={"uid": np.array([f"u{s}" for s in serial[rows]], dtype=object), "acc": acc},
         )
 
+    def generate_round(self, prompts: DataProto, step: int) -> ScoredRound:
+        rollouts = self.generate(prompts, step)
+        return ScoredRound(rollouts, rollouts.non_tensor_batch["uid"], rollouts.non_tensor_batch["acc"])
+
     def step(self, step: int):
-        self.sampler.begin_step(step)
-        while self.sampler.needs_more_rounds():
-            rollouts = self.generate(self.stream.take(self.sampler.prompts_for_next_round()), step)
-            self.sampler.add_round(rollouts, rollouts.non_tensor_batch["uid"], rollouts.non_tensor_batch["acc"])
-        batch, metrics = self.sampler.take_training_batch()
-        return batch, metrics
+        collected = collect_step(self.sampler, self.stream, lambda prompts: self.generate_round(prompts, step), step)
+        return collected.batch, collected.metrics
 
     def state_dict(self):
         return {
@@ -559,3 +561,22 @@ def test_the_sampler_package_imports_neither_ray_nor_verl():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_collect_step_runs_no_round_when_carried_over_groups_fill_the_batch():
+    sampler = DynamicSampler(make_config(train_batch_size=2, gen_batch_size=4), DATAPROTO_OPS)
+    stream = PromptStream(numbered_epochs(size=100, batch_size=4))
+    calls = []
+
+    def generate_round(prompts):
+        calls.append(len(prompts))
+        uids = np.repeat([f"p{p}" for p in prompts], 2)
+        batch = DataProto.from_dict(non_tensors={"uid": uids, "acc": np.tile([1.0, 0.0], len(prompts))})
+        return ScoredRound(batch, uids, batch.non_tensor_batch["acc"], columns={"acc": batch.non_tensor_batch["acc"]})
+
+    first = collect_step(sampler, stream, generate_round, step=1)
+    assert first.rounds == 1 and len(first.batch) == 4  # 2 groups x 2 responses; the surplus stays pooled
+    assert len(first.scored_columns["acc"]) == 2 * calls[0]
+    second = collect_step(sampler, stream, generate_round, step=2)
+    assert second.rounds == 0 and len(calls) == 1 and second.scored_columns == {}
+    assert second.metrics[P + "carried_in_groups"] == 2.0

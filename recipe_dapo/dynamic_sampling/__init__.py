@@ -5,24 +5,28 @@ Where things live:
 - ``group_stats``    per-group statistics of the filter metric and the keep decision (vectorised)
 - ``sizing``         the keep-rate estimate and how many prompts the next round asks for
 - ``buffer``         the FIFO pool of qualifying groups (surplus carry-over)
-- ``sampler``        ``DynamicSampler``: the step protocol the trainer calls, metrics, state_dict
+- ``sampler``        ``DynamicSampler``: the step protocol, metrics, state_dict
+- ``rounds``         ``collect_step``: the round loop of a step over a round source (the trainer's, or a
+                     simulated one); a new source (streaming with early abort, verl v1's replay buffer) goes here
 - ``prompt_stream``  ``PromptStream``: any number of prompts across dataloader batches and epochs
 - ``batch_ops``      how the payload is touched (numpy arrays or verl ``DataProto``)
 - ``config``         ``DynamicSamplingConfig``: ``algorithm.filter_groups.*`` + ``dapo.dynamic_sampling.*``
 
 A new round-sizing rule goes in ``sizing.next_round_prompts`` with its name added to
-``config.ROUND_SIZINGS``; the trainer only calls ``DynamicSampler``.
+``config.ROUND_SIZINGS``; the trainer only calls ``collect_step`` with its round source.
 """
 
 from recipe_dapo.dynamic_sampling.batch_ops import DATAPROTO_OPS, NUMPY_OPS, BatchOps
 from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig
 from recipe_dapo.dynamic_sampling.group_stats import GroupStats, group_statistics, trajectory_metric
 from recipe_dapo.dynamic_sampling.prompt_stream import PromptStream
+from recipe_dapo.dynamic_sampling.rounds import CollectedStep, RoundSource, ScoredRound, collect_step
 from recipe_dapo.dynamic_sampling.sampler import METRIC_PREFIX, DynamicSampler, DynamicSamplingExhausted
 from recipe_dapo.dynamic_sampling.sizing import KeepRateEstimate, next_round_prompts
 
 __all__ = [
     "BatchOps",
+    "CollectedStep",
     "DATAPROTO_OPS",
     "NUMPY_OPS",
     "DynamicSampler",
@@ -32,6 +36,9 @@ __all__ = [
     "KeepRateEstimate",
     "METRIC_PREFIX",
     "PromptStream",
+    "RoundSource",
+    "ScoredRound",
+    "collect_step",
     "group_statistics",
     "next_round_prompts",
     "trajectory_metric",

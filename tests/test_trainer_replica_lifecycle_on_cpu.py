@@ -1,0 +1,290 @@
+"""The real ``RayDAPOTrainer`` (``fit`` -> ``train_step`` -> ``collect_filtered_batch`` ...) against rollout replicas
+that follow verl 0.9.1's protocol, on CPU.
+
+Everything is real except what needs a GPU: the trainer is built by ``RayPPOTrainer.__init__`` from the recipe's
+composed Hydra config, real parquet data, a real tokenizer and verl's dataloader; batches are ``DataProto``s;
+responses are scored by the recipe's verifier; advantages, dynamic sampling and metrics are the real code. The
+rollout replicas, the checkpoint-engine manager and the actor worker group are stand-ins that enforce verl's
+protocol with sleep mode on (``free_cache_engine``), as GPU users run it:
+
+- a replica refuses to generate while asleep, or with weights older than the actor's;
+- ``update_weights`` loads the actor's weights and leaves the replicas awake; ``sleep_replicas`` frees them;
+- the actor refuses to compute log-probs or train while the replicas are awake (their memory is the actor's).
+
+The steps cover zero generation rounds (a batch entirely from carried-over groups), one round, several rounds,
+a step whose budget runs out with nothing to train, and the step after it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import compose_recipe_config
+
+pytestmark = pytest.mark.timeout(600)
+
+TRAIN_GROUPS = 4  # data.train_batch_size
+GEN_PROMPTS = 8  # data.gen_batch_size
+N = 2  # rollout.n
+MAX_RESPONSE = 8
+
+# Fraction of each round's groups whose two responses differ (the rest are all right), per training step.
+# Step 2 generates nothing: step 1 carried four qualifying groups over.
+QUALIFYING_FRACTION = {1: 1.0, 3: 0.3, 4: 0.0, 5: 1.0}
+
+
+class ProtocolViolation(AssertionError):
+    """The trainer broke verl's replica / actor protocol."""
+
+
+class Device:
+    """What sits in GPU memory: the actor's weights version and the replicas' state; a log of every call."""
+
+    def __init__(self):
+        self.replicas_awake = False  # verl's init_workers ends with sleep_replicas()
+        self.replica_weights = None
+        self.actor_version = 0
+        self.events: list[tuple] = []
+
+
+class RecordingCheckpointManager:
+    """``verl.checkpoint_engine.CheckpointEngineManager``'s protocol (sleep_replicas / update_weights)."""
+
+    def __init__(self, device: Device):
+        self.device = device
+
+    def update_weights(self, global_steps=None):
+        self.device.replica_weights = self.device.actor_version
+        self.device.replicas_awake = True
+        self.device.events.append(("update_weights", global_steps))
+        return {}
+
+    def sleep_replicas(self):
+        self.device.replicas_awake = False
+        self.device.events.append(("sleep",))
+
+
+class RecordingRolloutManager:
+    """``AgentLoopManager.generate_sequences`` with the reward loop: responses laid out and scored as verl does."""
+
+    def __init__(self, device: Device, tokenizer, max_response: int):
+        self.device = device
+        self.tokenizer = tokenizer
+        self.max_response = max_response
+
+    def generate_sequences(self, batch):
+        from verl import DataProto
+
+        from recipe_dapo.reward import verify
+
+        device = self.device
+        step = batch.meta_info["global_steps"]
+        if not device.replicas_awake:
+            raise ProtocolViolation(f"step {step}: rollout sent to sleeping replicas (sleep mode frees their weights)")
+        if device.replica_weights != device.actor_version:
+            raise ProtocolViolation(
+                f"step {step}: replicas hold weights v{device.replica_weights}, the actor is at v{device.actor_version}"
+            )
+        rows = len(batch)
+        groups = rows // N
+        qualifying = int(round(QUALIFYING_FRACTION[step] * groups))
+        device.events.append(("generate", step, groups))
+
+        texts = []
+        for row in range(rows):
+            truth = str(batch.non_tensor_batch["reward_model"][row]["ground_truth"])
+            # Qualifying groups: the first response is wrong, the second right; others: both right.
+            wrong = (row // N) < qualifying and row % N == 0
+            texts.append(f"Answer: {truth}9" if wrong else f"Answer: {truth}")
+        pad = self.tokenizer.pad_token_id
+        # verl 0.9.1's agent loop tokenizes the chat itself and left-pads the prompts.
+        chats = [
+            self.tokenizer.apply_chat_template(list(chat), add_generation_prompt=True, tokenize=True)
+            for chat in batch.non_tensor_batch["raw_prompt"]
+        ]
+        chats = [list(c["input_ids"]) if isinstance(c, dict) or hasattr(c, "keys") else list(c) for c in chats]
+        width = max(len(c) for c in chats)
+        prompts = torch.full((rows, width), pad, dtype=torch.long)
+        prompt_mask = torch.zeros((rows, width), dtype=torch.long)
+        for row, ids in enumerate(chats):
+            prompts[row, width - len(ids) :] = torch.tensor(ids)
+            prompt_mask[row, width - len(ids) :] = 1
+        responses = torch.full((rows, self.max_response), pad, dtype=torch.long)
+        response_mask = torch.zeros((rows, self.max_response), dtype=torch.long)
+        for row, text in enumerate(texts):
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: self.max_response - 1]
+            ids.append(self.tokenizer.eos_token_id)
+            responses[row, : len(ids)] = torch.tensor(ids)
+            response_mask[row, : len(ids)] = 1
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+        position_ids = (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)
+
+        verdicts = [
+            verify(text, batch.non_tensor_batch["reward_model"][row]["ground_truth"]) for row, text in enumerate(texts)
+        ]
+        rm_scores = torch.zeros((rows, self.max_response))
+        lengths = response_mask.sum(dim=1)
+        for row, verdict in enumerate(verdicts):
+            rm_scores[row, lengths[row] - 1] = verdict.score
+        extra = {
+            "score": np.array([v.score for v in verdicts], dtype=np.float64),
+            "acc": np.array([v.correct for v in verdicts]),
+            "pred": np.array([v.pred for v in verdicts], dtype=object),
+            "verify_error": np.array([v.error for v in verdicts], dtype=object),
+        }
+        return DataProto.from_dict(
+            tensors={
+                "prompts": prompts,
+                "responses": responses,
+                "response_mask": response_mask,
+                "input_ids": torch.cat([prompts, responses], dim=1),
+                "attention_mask": attention_mask,
+                "position_ids": position_ids,
+                "rm_scores": rm_scores,
+            },
+            non_tensors=extra,
+            meta_info={"timing": {"agent_loop/generate_sequences": 0.01}, "reward_extra_keys": list(extra)},
+        )
+
+
+class RecordingActorWorkerGroup:
+    """The actor side of verl's hybrid worker group: log-probs and updates on padding-free TensorDicts."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.trained_groups: list[int] = []
+
+    def _refuse_while_replicas_awake(self, call: str):
+        if self.device.replicas_awake:
+            raise ProtocolViolation(f"{call} while the rollout replicas are awake: their memory is the actor's now")
+
+    def compute_log_prob(self, batch_td):
+        from verl.utils import tensordict_utils as tu
+
+        self._refuse_while_replicas_awake("compute_log_prob")
+        self.device.events.append(("compute_log_prob",))
+        input_ids = batch_td["input_ids"]  # nested: one row per sequence, no padding
+        zeros = torch.nested.nested_tensor_from_jagged(
+            torch.zeros(input_ids.values().shape[0]), offsets=input_ids.offsets()
+        )
+        return tu.get_tensordict({"log_probs": zeros, "entropy": zeros.clone()}, non_tensor_dict={"metrics": {"mfu": 0.0}})
+
+    def update_actor(self, batch_td):
+        from verl.utils import tensordict_utils as tu
+
+        self._refuse_while_replicas_awake("update_actor")
+        advantages = batch_td["advantages"]
+        assert torch.isfinite(advantages).all() and advantages.abs().sum() > 0  # dynamic sampling kept spread
+        self.device.actor_version += 1
+        self.device.events.append(("update_actor", self.device.actor_version))
+        self.trained_groups.append(batch_td.batch_size[0] // N)
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
+
+
+class RecordingTracker:
+    logged: dict[int, dict] = {}
+
+    def __init__(self, *args, **kwargs):
+        RecordingTracker.logged = {}
+
+    def log(self, data, step):
+        RecordingTracker.logged.setdefault(step, {}).update(data)
+
+
+@pytest.fixture()
+def trainer_and_device(tmp_path, monkeypatch):
+    from verl.single_controller.ray.base import ResourcePoolManager
+    from verl.trainer.ppo.ray_trainer import Role
+
+    import recipe_dapo.trainer as trainer_module
+    from recipe_dapo.default_assets import tokenizer_as_verl_loads_it, write_dataset
+    from recipe_dapo.rollout_replicas import RolloutReplicas
+
+    train_file, val_file = write_dataset(tmp_path / "data", num_train=64, num_val=4, seed=0)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    tokenizer = tokenizer_as_verl_loads_it(model_dir, None, train_file)
+    config = compose_recipe_config(
+        [
+            f"data.train_files={train_file}",
+            f"data.val_files={val_file}",
+            f"data.train_batch_size={TRAIN_GROUPS}",
+            f"data.gen_batch_size={GEN_PROMPTS}",
+            "data.max_prompt_length=128",
+            f"data.max_response_length={MAX_RESPONSE}",
+            "data.dataloader_num_workers=0",
+            f"actor_rollout_ref.model.path={model_dir}",
+            f"actor_rollout_ref.rollout.n={N}",
+            "actor_rollout_ref.rollout.free_cache_engine=true",  # sleep mode on, as on a GPU
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "algorithm.filter_groups.max_num_gen_batches=2",
+            "trainer.total_training_steps=5",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=0",
+            "trainer.save_freq=0",
+            "trainer.balance_batch=false",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        ]
+    )
+    trainer = trainer_module.RayDAPOTrainer(
+        config=config,
+        tokenizer=tokenizer,
+        role_worker_mapping={Role.ActorRollout: object},
+        resource_pool_manager=ResourcePoolManager({"global_pool": [1]}, {Role.ActorRollout: "global_pool"}),
+    )
+    # What init_workers wires up on a cluster, with the protocol-enforcing stand-ins.
+    device = Device()
+    trainer.actor_rollout_wg = RecordingActorWorkerGroup(device)
+    trainer.async_rollout_manager = RecordingRolloutManager(device, tokenizer, MAX_RESPONSE)
+    trainer.checkpoint_manager = RecordingCheckpointManager(device)
+    trainer.replicas = RolloutReplicas(trainer.checkpoint_manager)
+    monkeypatch.setattr(trainer_module, "Tracking", RecordingTracker)
+    return trainer, device
+
+
+def test_every_rollout_meets_awake_replicas_with_current_weights_for_any_number_of_rounds(trainer_and_device):
+    trainer, device = trainer_and_device
+    trainer.fit()
+
+    logged = RecordingTracker.logged
+    rounds = {step: int(logged[step]["dynamic_sampling/num_gen_rounds"]) for step in range(1, 6)}
+    assert rounds[1] == 1  # a full batch and four surplus groups in one round
+    assert rounds[2] == 0  # the four carried-over groups fill the batch: no generation at all
+    assert rounds[3] >= 2  # few groups qualify: several rounds in one step
+    assert rounds[4] >= 1 and logged[4]["dynamic_sampling/trained_groups"] == 0  # budget spent, nothing trained
+    assert rounds[5] >= 1
+    # Steps 1, 2, 3 and 5 trained; step 4 had nothing to train on and skipped its update.
+    assert device.actor_version == 4
+    assert all("actor/pg_loss" in logged[step] for step in (1, 2, 3, 5))
+    assert "actor/pg_loss" not in logged[4]
+
+    # verl's order inside every step: generation rounds, then one sleep, then the actor, then a weight sync.
+    for step in (1, 3, 5):
+        step_events = [e for e in device.events if e[0] != "generate" or e[1] == step]
+        first_gen = step_events.index(next(e for e in step_events if e[:2] == ("generate", step)))
+        after = [e[0] for e in step_events[first_gen:]]
+        last_gen = len(after) - 1 - after[::-1].index("generate")
+        assert "sleep" not in after[:last_gen], f"step {step}: replicas slept between rounds: {after}"
+        assert after[last_gen + 1 : last_gen + 5] == ["sleep", "compute_log_prob", "update_actor", "update_weights"]
+
+
+def test_a_step_without_rounds_still_frees_the_replicas_before_the_actor_trains(trainer_and_device):
+    trainer, device = trainer_and_device
+    trainer.fit()
+    names = [e[0] for e in device.events]
+    updates = [i for i, name in enumerate(names) if name == "update_actor"]
+    # Step 2 (no round): the replicas were awake after step 1's sync and must sleep before the actor.
+    between = names[updates[0] + 1 : updates[1]]
+    assert "generate" not in between
+    assert between == ["update_weights", "sleep", "compute_log_prob"]
+
+
+def test_after_a_skipped_update_the_next_rollout_wakes_the_replicas_first(trainer_and_device):
+    trainer, device = trainer_and_device
+    trainer.fit()
+    step5 = next(i for i, e in enumerate(device.events) if e[:2] == ("generate", 5))
+    before = [e[0] for e in device.events[:step5]]
+    # Step 4 ended asleep without an update; step 5's first rollout needs a wake-up, which is a weight sync.
+    assert before[-1] == "update_weights" and before[-2] == "sleep"
