@@ -310,7 +310,7 @@ def summarize(config: DictConfig) -> dict[str, object]:
 def dry_run(config: DictConfig, require_files: bool | None = None) -> DryRunReport:
     """Check ``config`` as a launch would, without Ray; raise :class:`DAPOConfigError` listing every problem."""
     # Imported here: importing verl configures logging, which must come after this module's basicConfig.
-    from recipe_dapo.cpu.platform import use_configured_device
+    from recipe_dapo.cpu.detect import use_configured_device
 
     if require_files is None:
         require_files = os.environ.get(REQUIRE_FILES_ENV, "0") not in ("", "0", "false")

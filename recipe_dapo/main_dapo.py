@@ -20,7 +20,7 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
-from recipe_dapo.cpu.platform import use_configured_device
+from recipe_dapo.cpu.detect import use_configured_device
 from recipe_dapo.preflight import check_config, check_plugins_registered
 
 logger = logging.getLogger(__name__)

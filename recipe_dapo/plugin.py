@@ -1,27 +1,42 @@
-"""The ``verl.plugins`` entry point: importing this module registers every recipe component.
+"""The ``verl.plugins`` entry point: registers every recipe component, lazily.
 
-verl imports each ``verl.plugins`` entry point inside ``import verl``, in the driver and in every Ray
-worker, but logs a failed import only at DEBUG level. ``registered_components`` lets the trainer check
-at start-up, in the driver and in a worker, that the import really happened (see ``preflight``).
+verl imports each ``verl.plugins`` entry point inside ``import verl``, in the driver and in every Ray worker,
+so this module must cost next to nothing (``bench/plugin_import_cost.py`` measures it). It imports:
+
+- the CPU platform, only where ``recipe_dapo.cpu.detect.cpu_platform_wanted()`` says so (``platform=cpu``, or no
+  accelerator outside Ray), before anything asks verl for its platform;
+- the ``dapo`` policy loss, when verl imports its policy-loss registry (``core_algos``);
+- the ``recipe_dapo`` reward manager, when verl imports its reward-loop registry package.
+
+verl logs a failed plugin import only at DEBUG level; ``registered_components`` lets the start-up check confirm,
+in the driver and in a worker, that the registrations really happened (see ``preflight``).
 """
 
 from __future__ import annotations
 
 import importlib
 
-# Order matters: the CPU platform must be registered before anything asks verl for its platform.
-COMPONENT_MODULES = (
-    "recipe_dapo.cpu.platform",
-    "recipe_dapo.loss",
-    "recipe_dapo.reward.manager",
-)
+from recipe_dapo.cpu.detect import cpu_platform_wanted
+from recipe_dapo.import_hooks import failed_hooks, when_imported
 
-for _module in COMPONENT_MODULES:
-    importlib.import_module(_module)
+POLICY_LOSS_REGISTRY_MODULE = "verl.trainer.ppo.core_algos"
+REWARD_MANAGER_REGISTRY_MODULE = "verl.experimental.reward_loop.reward_manager"
+
+# module that registers a component -> the verl module it registers into
+COMPONENT_MODULES = {
+    "recipe_dapo.loss": POLICY_LOSS_REGISTRY_MODULE,
+    "recipe_dapo.reward.manager": REWARD_MANAGER_REGISTRY_MODULE,
+}
+
+if cpu_platform_wanted():
+    importlib.import_module("recipe_dapo.cpu.platform")
+
+for _component, _registry in COMPONENT_MODULES.items():
+    when_imported(_registry, lambda module=_component: importlib.import_module(module))
 
 
 def registered_components() -> dict[str, bool]:
-    """What this process has registered in verl's registries (used by the start-up check)."""
+    """What this process has registered in verl's registries (imports them: used by the start-up check)."""
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
@@ -29,3 +44,8 @@ def registered_components() -> dict[str, bool]:
         "policy_loss:dapo": "dapo" in POLICY_LOSS_REGISTRY,
         "reward_manager:recipe_dapo": "recipe_dapo" in REWARD_MANAGER,
     }
+
+
+def registration_errors() -> dict[str, str]:
+    """verl module -> the error its recipe registration raised (empty when all went well)."""
+    return {module: repr(error) for module, error in failed_hooks.items()}

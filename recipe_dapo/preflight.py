@@ -35,16 +35,16 @@ def check_plugins_registered(where: str) -> None:
     import verl  # noqa: F401  (importing verl is what loads the plugins)
 
     try:
-        from recipe_dapo.plugin import registered_components
+        from recipe_dapo.plugin import registered_components, registration_errors
 
         missing = [name for name, ok in registered_components().items() if not ok]
-        error = None
+        error = registration_errors() or None
     except Exception as exc:  # the plugin module itself failed to import
         missing, error = ["recipe_dapo.plugin"], exc
     if missing:
         raise PluginNotLoadedError(
             f"recipe_dapo components are not registered in {where}: missing {missing}"
-            + (f" (importing recipe_dapo.plugin failed: {error!r})" if error else "")
+            + (f" (importing or registering recipe_dapo.plugin failed: {error!r})" if error else "")
             + ". verl loads them through the 'verl.plugins' entry point: install the recipe into the Python "
             "environment the workers use (`pip install -e .` in this repository, or add it to the Ray "
             "runtime_env), and make sure VERL_USE_EXTERNAL_PLUGINS is unset, 'auto' or includes 'recipe_dapo'."

@@ -27,13 +27,14 @@ def test_cpu_platform_is_registered_and_resolved_on_this_accelerator_free_machin
 def test_cpu_platform_steps_aside_when_another_platform_is_available(monkeypatch):
     from verl.plugin.platform import PlatformRegistry
 
-    from recipe_dapo.cpu import platform as cpu_platform
+    from recipe_dapo.cpu import detect
+    from recipe_dapo.cpu.platform import PlatformCPU
 
     cuda_cls = PlatformRegistry.get("nvidia")
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
     monkeypatch.setattr(cuda_cls, "is_platform_available", lambda self, use_smi_check=False: True)
-    assert cpu_platform.accelerator_present()
-    assert not cpu_platform.PlatformCPU().is_platform_available(use_smi_check=True)
+    assert detect.accelerator_present()
+    assert not PlatformCPU().is_platform_available(use_smi_check=True)
 
 
 def test_device_id_is_a_cpu_device_so_model_to_device_stays_on_cpu():
@@ -101,7 +102,7 @@ def test_platform_cpu_config_pins_the_driver_to_cpu_even_where_a_gpu_is_detected
     """On a GPU machine, `platform=cpu` must not be rewritten to cuda by verl's auto_set_device."""
     from verl.plugin.platform import PlatformRegistry, get_platform, platform_manager
 
-    from recipe_dapo.cpu.platform import use_configured_device
+    from recipe_dapo.cpu.detect import use_configured_device
 
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
     monkeypatch.setattr(platform_manager, "_current_platform", None)

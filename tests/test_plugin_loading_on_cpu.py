@@ -30,3 +30,69 @@ def test_missing_component_names_what_is_missing_and_how_to_fix_it(monkeypatch):
         check_plugins_registered(where="a Ray worker")
     message = str(error.value)
     assert "reward_manager:recipe_dapo" in message and "a Ray worker" in message and "pip install -e ." in message
+
+
+def run_fresh(code: str, **env) -> str:
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "RAY_RAYLET_PID", "VLLM_TARGET_DEVICE")}
+    environ.update(env)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=environ)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+MODULES_AFTER_IMPORT_VERL = "import sys, verl\nprint(' '.join(sorted(sys.modules)))\n"
+LIGHT = {"recipe_dapo", "recipe_dapo.plugin", "recipe_dapo.import_hooks", "recipe_dapo.cpu", "recipe_dapo.cpu.detect"}
+
+
+@pytest.mark.parametrize(
+    "env, cpu_platform",
+    [
+        ({"VERL_PLATFORM": "cuda"}, False),  # a GPU machine (the platform verl would detect there, pinned)
+        ({"RAY_RAYLET_PID": "1"}, False),  # a GPU job's Ray worker on a node without a GPU
+        ({"VERL_PLATFORM": "cpu"}, True),  # platform=cpu
+    ],
+)
+def test_import_verl_with_the_plugin_loads_only_what_the_process_asked_for(env, cpu_platform):
+    """The loss and reward manager wait for verl's registries; the CPU platform comes only where it is wanted."""
+    bare = set(run_fresh(MODULES_AFTER_IMPORT_VERL, VERL_USE_EXTERNAL_PLUGINS="none", **env).split())
+    added = set(run_fresh(MODULES_AFTER_IMPORT_VERL, **env).split()) - bare
+    expected_cpu = {"recipe_dapo.cpu.platform", "recipe_dapo.cpu.compat"}
+    assert added - expected_cpu == LIGHT
+    assert (expected_cpu <= added) == cpu_platform
+
+
+def test_registries_get_the_recipe_when_verl_imports_them_even_after_other_imports():
+    code = (
+        "import verl, sys\n"
+        "import verl.trainer.ppo.core_algos as core_algos\n"
+        "from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls\n"
+        "print('dapo' in core_algos.POLICY_LOSS_REGISTRY, get_reward_manager_cls('recipe_dapo').__module__)\n"
+    )
+    assert run_fresh(code, VERL_PLATFORM="cuda") == "True recipe_dapo.reward.manager"
+
+
+def test_a_failing_registration_is_reported_by_the_start_up_check_not_by_a_broken_verl_import():
+    code = (
+        "import sys, types\n"
+        "sys.modules['recipe_dapo.loss'] = None  # importing it raises ImportError\n"
+        "import verl\n"
+        "import verl.trainer.ppo.core_algos  # must still import\n"
+        "from recipe_dapo.preflight import PluginNotLoadedError, check_plugins_registered\n"
+        "try:\n"
+        "    check_plugins_registered('the driver')\n"
+        "except PluginNotLoadedError as error:\n"
+        "    print('policy_loss:dapo' in str(error) and 'import of recipe_dapo.loss halted' in str(error))\n"
+    )
+    assert run_fresh(code, VERL_PLATFORM="cuda") == "True"
+
+
+def test_vllm_general_plugin_imports_nothing_in_a_gpu_engine():
+    code = (
+        "import sys\n"
+        "from recipe_dapo.cpu.vllm_plugin import register\n"
+        "register()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'verl', 'torch')))\n"
+    )
+    assert run_fresh(code) == "[]"

@@ -1,11 +1,9 @@
 """A verl platform for machines with no accelerator (torch device ``cpu``, collective backend ``gloo``).
 
-Registered in ``verl.plugin.platform.PlatformRegistry`` under ``cpu`` when this module is imported (the
-``verl.plugins`` entry point does it in every process). verl probes the registered platforms in order and
-takes the first available one; ours reports itself available only when none of the others is, so a GPU or
-NPU machine keeps its own platform. ``VERL_PLATFORM=cpu`` forces it; the ``platform=cpu`` config sets it in the
-driver and, through Ray's runtime env, in every worker. Inside Ray workers nothing else turns it on: a GPU job's
-CPU-only actors must keep verl's own platform even on a node without an accelerator.
+Registered in ``verl.plugin.platform.PlatformRegistry`` under ``cpu`` when this module is imported. The
+``verl.plugins`` entry point imports it only where ``recipe_dapo.cpu.detect.cpu_platform_wanted()`` says so
+(``platform=cpu``, or no accelerator outside Ray), and that same decision answers ``is_platform_available``:
+on a GPU machine it is imported only when the config says ``platform=cpu``.
 """
 
 from __future__ import annotations
@@ -20,9 +18,9 @@ import torch
 
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-logger = logging.getLogger(__name__)
+from recipe_dapo.cpu.detect import PLATFORM_NAME, cpu_platform_wanted
 
-PLATFORM_NAME = "cpu"
+logger = logging.getLogger(__name__)
 
 
 def _cpu_device_module() -> SimpleNamespace:
@@ -61,26 +59,6 @@ def _cpu_device_module() -> SimpleNamespace:
     )
 
 
-def accelerator_present() -> bool:
-    """True when any other platform registered in verl (CUDA, NPU, ROCm, ...) reports itself available."""
-    for name in PlatformRegistry.registered_names():
-        if name == PLATFORM_NAME:
-            continue
-        platform_cls = PlatformRegistry.get(name)
-        try:
-            if platform_cls is not None and platform_cls().is_platform_available(use_smi_check=True):
-                return True
-        except Exception:  # a vendor probe that cannot even run means that vendor is absent
-            logger.debug("platform probe %s failed", name, exc_info=True)
-    return False
-
-
-def in_ray_worker_process() -> bool:
-    """True in a process Ray started (actors, tasks, job entrypoints) and in their children."""
-    # Ray sets this in every worker it starts; a driver launched from a shell does not have it.
-    return "RAY_RAYLET_PID" in os.environ
-
-
 @PlatformRegistry.register(platform=PLATFORM_NAME)
 class PlatformCPU(PlatformBase):
     """verl platform backed by the host CPU: gloo collectives, no IPC, no device profiler."""
@@ -103,14 +81,7 @@ class PlatformCPU(PlatformBase):
         return True
 
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
-        if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
-            return True
-        if in_ray_worker_process():
-            # A CPU run pins VERL_PLATFORM=cpu in every worker (platform=cpu). Without the pin this is a GPU job's
-            # CPU-only actor (task runner, agent-loop worker) on a node with no GPU or no nvidia-smi: taking this
-            # platform there would start the job's vLLM servers with VLLM_TARGET_DEVICE=cpu.
-            return False
-        return not accelerator_present()
+        return cpu_platform_wanted()  # see recipe_dapo.cpu.detect
 
     def current_device(self) -> torch.device:
         # verl passes this straight to `.to(...)` / `device=`; an int would mean "accelerator 0".
@@ -194,18 +165,6 @@ def pin_cpu_platform() -> None:
     compat.apply()
 
 
-def use_configured_device(config) -> None:
-    """Settle this process's platform and ``trainer.device`` before any check or worker uses them.
-
-    ``trainer.device=cpu`` pins the CPU platform; otherwise verl's ``auto_set_device`` keeps the detected one.
-    """
-    from verl.utils.device import auto_set_device
-
-    if config.trainer.device == PLATFORM_NAME:
-        pin_cpu_platform()
-    auto_set_device(config)
-
-
 def cpu_platform_active() -> bool:
     """True when verl's platform singleton is (or will resolve to) this CPU platform."""
     from verl.plugin.platform import get_platform
@@ -213,7 +172,7 @@ def cpu_platform_active() -> bool:
     return get_platform().device_name == "cpu"
 
 
-if PlatformCPU().is_platform_available():
+if cpu_platform_wanted():
     from recipe_dapo.cpu import compat
 
     compat.apply()

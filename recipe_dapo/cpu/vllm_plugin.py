@@ -23,6 +23,10 @@ def _linear_on_live_weight(layer, remove_weight: bool = False) -> None:
 
 
 def register() -> None:
+    from recipe_dapo.cpu.detect import cpu_requested_by_env
+
+    if not cpu_requested_by_env():  # a GPU engine: import nothing, patch nothing
+        return
     try:
         from vllm.platforms import current_platform
     except Exception:  # vLLM not importable: nothing to patch

@@ -40,9 +40,10 @@ class EngineSettings:
 
 
 def has_accelerator() -> bool:
-    import torch
+    """The recipe's one platform decision (``recipe_dapo.cpu.detect``): not the CPU platform."""
+    from recipe_dapo.cpu.detect import cpu_platform_wanted
 
-    return torch.cuda.is_available()
+    return not cpu_platform_wanted()
 
 
 def make_engine(settings: EngineSettings):
