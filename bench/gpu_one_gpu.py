@@ -28,9 +28,12 @@ other arm anyway, prints the table of the arms that finished and exits non-zero.
 
 Status: on one H100 (vLLM 0.24.0, torch 2.11, no flash-attn package) the model build, Ray, the FSDP actor
 and the vLLM server started, and the first rollout round of the recipe arm did not complete within three
-minutes in two attempts (cause not established; the first thing to try is ``--override
-actor_rollout_ref.rollout.free_cache_engine=false --override actor_rollout_ref.rollout.enable_sleep_mode=false``,
-and ``--arms verl`` to see whether verl's own trainer stalls the same way). No figures from it are published yet.
+minutes in two attempts. Since then the trainer's replica handling was rebuilt (``recipe_dapo/rollout_replicas.py``):
+it used to put the replicas to sleep after every round, so a second round in a step generated on sleeping replicas,
+and a step that skipped its update left them asleep for the next; ``tests/test_trainer_replica_lifecycle_on_cpu.py``
+shows both on the old code. That bug strikes at the second round, not the first, so the first-round stall may have
+another cause: run ``tests/gpu`` first, then this bench with ``--arms verl`` to see whether verl's own trainer stalls
+the same way, and read ``stacks.txt``. No figures from it are published yet.
 
 Last line: ``RESULT recipe_step_s=... verl_step_s=... step_time_ratio=... recipe_gen_tok_per_s=...
 verl_gen_tok_per_s=... recipe_peak_gpu_gb=... verl_peak_gpu_gb=...``.
