@@ -25,6 +25,7 @@ from recipe_dapo.dynamic_sampling import (
     DynamicSampler,
     DynamicSamplingConfig,
     DynamicSamplingExhausted,
+    DynamicSamplingStalled,
     KeepRateEstimate,
     PromptStream,
     ScoredRound,
@@ -580,3 +581,32 @@ def test_collect_step_runs_no_round_when_carried_over_groups_fill_the_batch():
     second = collect_step(sampler, stream, generate_round, step=2)
     assert second.rounds == 0 and len(calls) == 1 and second.scored_columns == {}
     assert second.metrics[P + "carried_in_groups"] == 2.0
+
+
+def test_a_step_that_can_never_fill_stops_with_a_clear_error_after_max_empty_rounds():
+    # No generation budget (max_num_gen_batches=0) and every group all-correct: without the bound this never ends.
+    sampler = DynamicSampler(make_config(train_batch_size=2, gen_batch_size=4, max_empty_rounds=3), DATAPROTO_OPS)
+    stream = PromptStream(numbered_epochs(size=100, batch_size=4))
+    rounds = []
+
+    def all_correct(prompts):
+        rounds.append(len(prompts))
+        uids = np.repeat([f"p{p}" for p in prompts], 2)
+        return ScoredRound(DataProto.from_dict(non_tensors={"uid": uids}), uids, np.ones(len(uids)))
+
+    with pytest.raises(DynamicSamplingStalled, match=r"3 generation rounds in a row kept no group.*max_empty_rounds"):
+        collect_step(sampler, stream, all_correct, step=1)
+    assert len(rounds) == 3
+
+
+def test_a_round_that_keeps_something_resets_the_empty_round_count():
+    sampler = DynamicSampler(make_config(train_batch_size=3, gen_batch_size=1, max_empty_rounds=2), DATAPROTO_OPS)
+    outcomes = iter([ALL_RIGHT, MIXED, ALL_RIGHT, MIXED, ALL_WRONG, MIXED])
+    stream = PromptStream(numbered_epochs(size=100, batch_size=1))
+
+    def scripted(prompts):
+        uids = np.repeat([f"p{p}" for p in prompts], 2)
+        return ScoredRound(DataProto.from_dict(non_tensors={"uid": uids}), uids, np.array(next(outcomes)))
+
+    collected = collect_step(sampler, stream, scripted, step=1)
+    assert collected.rounds == 6 and len(collected.batch) == 6

@@ -21,7 +21,12 @@ from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig
 from recipe_dapo.dynamic_sampling.group_stats import GroupStats, group_statistics, trajectory_metric
 from recipe_dapo.dynamic_sampling.prompt_stream import PromptStream
 from recipe_dapo.dynamic_sampling.rounds import CollectedStep, RoundSource, ScoredRound, collect_step
-from recipe_dapo.dynamic_sampling.sampler import METRIC_PREFIX, DynamicSampler, DynamicSamplingExhausted
+from recipe_dapo.dynamic_sampling.sampler import (
+    METRIC_PREFIX,
+    DynamicSampler,
+    DynamicSamplingExhausted,
+    DynamicSamplingStalled,
+)
 from recipe_dapo.dynamic_sampling.sizing import KeepRateEstimate, next_round_prompts
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
     "DynamicSampler",
     "DynamicSamplingConfig",
     "DynamicSamplingExhausted",
+    "DynamicSamplingStalled",
     "GroupStats",
     "KeepRateEstimate",
     "METRIC_PREFIX",

@@ -94,6 +94,11 @@ class DynamicSamplingConfig:
     same_value_tolerance: float = DEFAULT_TOLERANCE
     """Metric values closer than this count as equal when deciding that a group has no spread."""
 
+    max_empty_rounds: int = 20
+    """A step stops with :class:`DynamicSamplingStalled` after this many rounds in a row that kept no group,
+    whatever the ``max_num_gen_batches`` budget (with no budget such a step would otherwise never end): the
+    filter metric does not vary within groups, or the data is far too easy or too hard for the model."""
+
     # ---------------------------------------------------------------- construction
 
     @classmethod
@@ -187,6 +192,7 @@ class DynamicSamplingConfig:
         _check_number(f"{NAMESPACE}.keep_rate_decay", self.keep_rate_decay, low=0.0, high=1.0)
         _check_number(f"{NAMESPACE}.same_value_tolerance", self.same_value_tolerance, low=0.0, high=math.inf)
         _check_int(f"{NAMESPACE}.max_staleness", self.max_staleness, minimum=0)
+        _check_int(f"{NAMESPACE}.max_empty_rounds", self.max_empty_rounds, minimum=1)
         _check_int(f"{NAMESPACE}.prompt_granularity", self.prompt_granularity, minimum=1)
         if self.gen_batch_size % self.prompt_granularity:
             raise ValueError(

@@ -40,6 +40,10 @@ class DynamicSamplingExhausted(RuntimeError):
     """The step's generation budget is spent and ``on_exhausted=raise``."""
 
 
+class DynamicSamplingStalled(RuntimeError):
+    """``max_empty_rounds`` rounds in a row kept no group: the step would never fill."""
+
+
 @dataclass
 class _StepTally:
     """What the rounds of the open step produced (summed over rounds, never overwritten)."""
@@ -53,6 +57,7 @@ class _StepTally:
     generated_tokens: int = 0
     metric_sum: float = 0.0
     dropped_stale_groups: int = 0
+    empty_rounds_in_a_row: int = 0
 
 
 @dataclass
@@ -178,6 +183,7 @@ class DynamicSampler:
         tally.trajectories += stats.num_trajectories
         tally.generated_tokens += int(generated_tokens)
         tally.metric_sum += stats.metric_sum
+        tally.empty_rounds_in_a_row = 0 if stats.num_kept else tally.empty_rounds_in_a_row + 1
         self._totals.rounds += 1
         self._totals.generated_groups += stats.num_groups
         self._totals.generated_tokens += int(generated_tokens)
@@ -188,6 +194,8 @@ class DynamicSampler:
             self._open_step, tally.rounds, stats.num_kept, stats.num_groups, self._pool.num_groups,
             self.config.train_batch_size,
         )
+        if tally.empty_rounds_in_a_row >= self.config.max_empty_rounds:
+            self._stalled()
         return stats
 
     def take_training_batch(self, groups_multiple_of: int = 1) -> tuple[Any, dict[str, float]]:
@@ -271,6 +279,18 @@ class DynamicSampler:
                 f"group ids {reused[:3].tolist()} of this round are already pooled from an earlier round; "
                 "give every prompt instance a fresh uid (verl's trainer uses uuid4)"
             )
+
+    def _stalled(self) -> None:
+        tally = self._tally
+        raise DynamicSamplingStalled(
+            f"step {self._open_step}: {tally.empty_rounds_in_a_row} generation rounds in a row kept no group "
+            f"({tally.generated_groups} groups generated this step, {self._pool.num_groups} of "
+            f"{self.config.train_batch_size} in hand): every group's {self.config.metric!r} had no spread "
+            f"(solve-all {tally.solve_all_groups}, solve-none {tally.solve_none_groups}). Check that the reward "
+            "function scores this data (a wrong data_source or ground-truth format scores everything alike), that "
+            "the filter metric varies within groups, and that rollout.n > 1 and temperature > 0; or raise "
+            f"{NAMESPACE}.max_empty_rounds if the data really is this easy or hard"
+        )
 
     def _on_exhausted(self, step: int, available: int, target: int) -> None:
         budget_key = "algorithm.filter_groups.max_num_gen_batches"
