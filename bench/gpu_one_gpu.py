@@ -30,7 +30,7 @@ Status: on one H100 (vLLM 0.24.0, torch 2.11, no flash-attn package) the model b
 and the vLLM server started, and the first rollout round of the recipe arm did not complete within three
 minutes in two attempts. Since then the trainer's replica handling was rebuilt (``recipe_dapo/rollout_replicas.py``):
 it used to put the replicas to sleep after every round, so a second round in a step generated on sleeping replicas,
-and a step that skipped its update left them asleep for the next; ``tests/test_trainer_replica_lifecycle_on_cpu.py``
+and a step that skipped its update left them asleep for the next; ``tests/test_trainer_on_cpu.py``
 shows both on the old code. That bug strikes at the second round, not the first, so the first-round stall may have
 another cause: run ``tests/gpu`` first, then this bench with ``--arms verl`` to see whether verl's own trainer stalls
 the same way, and read ``stacks.txt``. No figures from it are published yet.

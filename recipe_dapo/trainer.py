@@ -376,15 +376,22 @@ class RayDAPOTrainer(RayPPOTrainer):
     # ------------------------------------------------------------------ checkpoint and resume
 
     def _save_checkpoint(self):
-        """verl's checkpoint plus the sampler, the prompt stream and the dataloader position."""
-        super()._save_checkpoint()
+        """verl's checkpoint plus the sampler, the prompt stream and the dataloader position.
+
+        The recipe's state is written first (to a temporary name, then renamed): verl's ``_save_checkpoint`` ends
+        by marking the step as the latest, so a run killed at any moment resumes from a complete checkpoint.
+        """
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
         state = {
             "sampler": self.sampler.state_dict(),
             "prompt_stream": self.prompt_stream.state_dict(),
             "dataloader": self.train_dataloader.state_dict(),
         }
-        torch.save(state, os.path.join(folder, SAMPLER_STATE_FILE))
+        path = os.path.join(folder, SAMPLER_STATE_FILE)
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        super()._save_checkpoint()
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()

@@ -1,5 +1,5 @@
 """The real ``RayDAPOTrainer`` (``fit`` -> ``train_step`` -> ``collect_filtered_batch`` ...) against rollout replicas
-that follow verl 0.9.1's protocol, on CPU.
+that follow verl 0.9.1's protocol, on CPU: replica lifecycle, checkpoint atomicity, resume.
 
 Everything is real except what needs a GPU: the trainer is built by ``RayPPOTrainer.__init__`` from the recipe's
 composed Hydra config, real parquet data, a real tokenizer and verl's dataloader; batches are ``DataProto``s;
@@ -155,6 +155,7 @@ class RecordingActorWorkerGroup:
     def __init__(self, device: Device):
         self.device = device
         self.trained_groups: list[int] = []
+        self.trained_sequences: list[list[tuple]] = []  # per update: each row's token ids, in training order
 
     def _refuse_while_replicas_awake(self, call: str):
         if self.device.replicas_awake:
@@ -180,7 +181,19 @@ class RecordingActorWorkerGroup:
         self.device.actor_version += 1
         self.device.events.append(("update_actor", self.device.actor_version))
         self.trained_groups.append(batch_td.batch_size[0] // N)
+        self.trained_sequences.append([tuple(row.tolist()) for row in batch_td["input_ids"].unbind()])
         return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
+
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+        import os
+
+        os.makedirs(local_path, exist_ok=True)
+        torch.save({"version": self.device.actor_version}, os.path.join(local_path, "actor.pt"))
+
+    def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
+        import os
+
+        self.device.actor_version = torch.load(os.path.join(local_path, "actor.pt"))["version"]
 
 
 class RecordingTracker:
@@ -194,18 +207,25 @@ class RecordingTracker:
 
 
 @pytest.fixture()
-def trainer_and_device(tmp_path, monkeypatch):
-    from verl.single_controller.ray.base import ResourcePoolManager
-    from verl.trainer.ppo.ray_trainer import Role
-
-    import recipe_dapo.trainer as trainer_module
+def inputs(tmp_path):
     from recipe_dapo.default_assets import tokenizer_as_verl_loads_it, write_dataset
-    from recipe_dapo.rollout_replicas import RolloutReplicas
 
     train_file, val_file = write_dataset(tmp_path / "data", num_train=64, num_val=4, seed=0)
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     tokenizer = tokenizer_as_verl_loads_it(model_dir, None, train_file)
+    return train_file, val_file, model_dir, tokenizer
+
+
+def build_trainer(tmp_path, inputs, monkeypatch, *overrides):
+    """The real trainer from the composed config, wired to the stand-ins as init_workers would wire real workers."""
+    from verl.single_controller.ray.base import ResourcePoolManager
+    from verl.trainer.ppo.ray_trainer import Role
+
+    import recipe_dapo.trainer as trainer_module
+    from recipe_dapo.rollout_replicas import RolloutReplicas
+
+    train_file, val_file, model_dir, tokenizer = inputs
     config = compose_recipe_config(
         [
             f"data.train_files={train_file}",
@@ -226,6 +246,7 @@ def trainer_and_device(tmp_path, monkeypatch):
             "trainer.save_freq=0",
             "trainer.balance_batch=false",
             f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            *overrides,
         ]
     )
     trainer = trainer_module.RayDAPOTrainer(
@@ -242,6 +263,11 @@ def trainer_and_device(tmp_path, monkeypatch):
     trainer.replicas = RolloutReplicas(trainer.checkpoint_manager)
     monkeypatch.setattr(trainer_module, "Tracking", RecordingTracker)
     return trainer, device
+
+
+@pytest.fixture()
+def trainer_and_device(tmp_path, inputs, monkeypatch):
+    return build_trainer(tmp_path, inputs, monkeypatch)
 
 
 def test_every_rollout_meets_awake_replicas_with_current_weights_for_any_number_of_rounds(trainer_and_device):
@@ -288,3 +314,37 @@ def test_after_a_skipped_update_the_next_rollout_wakes_the_replicas_first(traine
     before = [e[0] for e in device.events[:step5]]
     # Step 4 ended asleep without an update; step 5's first rollout needs a wake-up, which is a weight sync.
     assert before[-1] == "update_weights" and before[-2] == "sleep"
+
+
+def test_a_kill_while_saving_never_leaves_an_incomplete_checkpoint_marked_latest(trainer_and_device, monkeypatch):
+    import recipe_dapo.trainer as trainer_module
+
+    trainer, device = trainer_and_device
+    trainer.global_steps = 2
+    real_save = torch.save
+
+    def killed_while_writing_the_sampler_state(obj, path, *args, **kwargs):
+        if "dapo_state" in str(path):
+            raise KeyboardInterrupt("killed")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module.torch, "save", killed_while_writing_the_sampler_state)
+    with pytest.raises(KeyboardInterrupt):
+        trainer._save_checkpoint()
+    tracker = trainer.config.trainer.default_local_dir + "/latest_checkpointed_iteration.txt"
+    import os
+
+    assert not os.path.exists(tracker)  # a resume starts from scratch rather than from a half checkpoint
+
+
+def test_a_resumed_run_trains_exactly_what_the_uninterrupted_run_trained(tmp_path, inputs, monkeypatch):
+    whole, whole_device = build_trainer(tmp_path / "whole", inputs, monkeypatch, "trainer.save_freq=1")
+    whole.fit()
+    expected = whole.actor_rollout_wg.trained_sequences  # steps 1, 2, 3, 5 (step 4 trained nothing)
+
+    first, _ = build_trainer(tmp_path / "split", inputs, monkeypatch, "trainer.save_freq=1", "trainer.total_training_steps=3")
+    first.fit()
+    resumed, resumed_device = build_trainer(tmp_path / "split", inputs, monkeypatch, "trainer.save_freq=1")
+    resumed.fit()
+    assert resumed.global_steps == 6 and resumed_device.actor_version == whole_device.actor_version
+    assert first.actor_rollout_wg.trained_sequences + resumed.actor_rollout_wg.trained_sequences == expected
