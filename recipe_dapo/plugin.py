@@ -6,7 +6,8 @@ so this module must cost next to nothing (``bench/plugin_import_cost.py`` measur
 - the CPU platform, only where ``recipe_dapo.cpu.detect.cpu_platform_wanted()`` says so (``platform=cpu``, or no
   accelerator outside Ray), before anything asks verl for its platform;
 - the ``dapo`` policy loss, when verl imports its policy-loss registry (``core_algos``);
-- the ``recipe_dapo`` reward manager, when verl imports its reward-loop registry package.
+- the ``recipe_dapo`` reward manager, when verl imports its reward-loop registry package;
+- the ``recipe_dapo_seeded`` agent loop (seeded rollouts), when verl imports its agent-loop package.
 
 verl logs a failed plugin import only at DEBUG level; ``registered_components`` lets the start-up check confirm,
 in the driver and in a worker, that the registrations really happened (see ``preflight``).
@@ -21,11 +22,13 @@ from recipe_dapo.import_hooks import failed_hooks, when_imported
 
 POLICY_LOSS_REGISTRY_MODULE = "verl.trainer.ppo.core_algos"
 REWARD_MANAGER_REGISTRY_MODULE = "verl.experimental.reward_loop.reward_manager"
+AGENT_LOOP_REGISTRY_MODULE = "verl.experimental.agent_loop"
 
 # module that registers a component -> the verl module it registers into
 COMPONENT_MODULES = {
     "recipe_dapo.loss": POLICY_LOSS_REGISTRY_MODULE,
     "recipe_dapo.reward.manager": REWARD_MANAGER_REGISTRY_MODULE,
+    "recipe_dapo.seeded_agent_loop": AGENT_LOOP_REGISTRY_MODULE,
 }
 
 if cpu_platform_wanted():
@@ -37,12 +40,16 @@ for _component, _registry in COMPONENT_MODULES.items():
 
 def registered_components() -> dict[str, bool]:
     """What this process has registered in verl's registries (imports them: used by the start-up check)."""
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    from recipe_dapo.rollout_seeds import AGENT_NAME
 
     return {
         "policy_loss:dapo": "dapo" in POLICY_LOSS_REGISTRY,
         "reward_manager:recipe_dapo": "recipe_dapo" in REWARD_MANAGER,
+        f"agent_loop:{AGENT_NAME}": AGENT_NAME in _agent_loop_registry,
     }
 
 

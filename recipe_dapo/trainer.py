@@ -60,6 +60,8 @@ from recipe_dapo.overlong_filter import apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.reward.metrics import reward_metrics
 from recipe_dapo.rollout_replicas import RolloutReplicas
+from recipe_dapo.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
+from recipe_dapo.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         self.sampler = DynamicSampler(self._dynamic_sampling_config(), ops=DATAPROTO_OPS)
         self.prompt_stream = PromptStream(self._open_epoch, ops=DATAPROTO_OPS)
         self.eos_token_ids = stop_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
+        self._rounds_generated_in_step: dict[int, int] = {}
 
     # ------------------------------------------------------------------ set-up
 
@@ -213,12 +216,13 @@ class RayDAPOTrainer(RayPPOTrainer):
         n = int(self.config.actor_rollout_ref.rollout.n)
         prompts.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         prompts.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(prompts))], dtype=object)
-        gen_batch = self._get_gen_batch(prompts)
+        gen_batch = self._get_gen_batch(prompts).repeat(repeat_times=n, interleave=True)
         gen_batch.meta_info["global_steps"] = self.global_steps
+        self._seed_rollouts(gen_batch)
         with marked_timer("wake_replicas", timing, color="red"):
             self.replicas.ready_for_generation(self.global_steps)  # a no-op unless asleep or behind the actor
         with marked_timer("gen", timing, color="red"):
-            output = self.async_rollout_manager.generate_sequences(gen_batch.repeat(repeat_times=n, interleave=True))
+            output = self.async_rollout_manager.generate_sequences(gen_batch)
         # Per-round meta_info must not travel with the rollouts: rounds (and carried-over groups from
         # earlier steps) are concatenated later, and DataProto.concat requires equal meta_info.
         for key, seconds in output.meta_info.pop("timing", {}).items():
@@ -235,6 +239,16 @@ class RayDAPOTrainer(RayPPOTrainer):
         rollouts.batch["token_level_scores"] = reward_tensor
         rollouts.non_tensor_batch.update({key: np.array(values) for key, values in reward_extra_info.items()})
         return rollouts
+
+    def _seed_rollouts(self, gen_batch: DataProto) -> None:
+        """Per-response vLLM seeds from (rollout seed, step, round), when ``dapo.seeded_rollouts`` is on."""
+        rollout = self.config.actor_rollout_ref.rollout
+        if not self.config.dapo.seeded_rollouts or rollout.agent.default_agent_loop not in SEEDABLE_AGENT_LOOPS:
+            return
+        round_in_step = self._rounds_generated_in_step.get(self.global_steps, 0)
+        self._rounds_generated_in_step = {self.global_steps: round_in_step + 1}
+        gen_batch.non_tensor_batch[SEED_COLUMN] = round_seeds(rollout.seed, self.global_steps, round_in_step, len(gen_batch))
+        gen_batch.non_tensor_batch["agent_name"] = np.full(len(gen_batch), SEEDED_AGENT_NAME, dtype=object)
 
     # ------------------------------------------------------------------ Algorithm 1, line 9
 

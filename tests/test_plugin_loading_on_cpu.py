@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 
@@ -68,9 +69,13 @@ def test_registries_get_the_recipe_when_verl_imports_them_even_after_other_impor
         "import verl, sys\n"
         "import verl.trainer.ppo.core_algos as core_algos\n"
         "from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls\n"
-        "print('dapo' in core_algos.POLICY_LOSS_REGISTRY, get_reward_manager_cls('recipe_dapo').__module__)\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+        "print('dapo' in core_algos.POLICY_LOSS_REGISTRY, get_reward_manager_cls('recipe_dapo').__module__,\n"
+        "      _agent_loop_registry['recipe_dapo_seeded']['_target_'])\n"
     )
-    assert run_fresh(code, VERL_PLATFORM="cuda") == "True recipe_dapo.reward.manager"
+    assert run_fresh(code, VERL_PLATFORM="cuda") == (
+        "True recipe_dapo.reward.manager recipe_dapo.seeded_agent_loop.SeededSingleTurnAgentLoop"
+    )
 
 
 def test_a_failing_registration_is_reported_by_the_start_up_check_not_by_a_broken_verl_import():
@@ -96,3 +101,23 @@ def test_vllm_general_plugin_imports_nothing_in_a_gpu_engine():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'verl', 'torch')))\n"
     )
     assert run_fresh(code) == "[]"
+
+
+def test_the_seeded_agent_loop_hands_the_rows_seed_to_vllm(monkeypatch):
+    import asyncio
+
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    from recipe_dapo.seeded_agent_loop import SeededSingleTurnAgentLoop
+
+    seen = []
+
+    async def verl_single_turn_run(self, sampling_params, **kwargs):
+        seen.append((sampling_params, kwargs))
+
+    monkeypatch.setattr(SingleTurnAgentLoop, "run", verl_single_turn_run)
+    loop = object.__new__(SeededSingleTurnAgentLoop)  # the run method only; its constructor needs a rollout server
+    asyncio.run(loop.run({"temperature": 1.0}, rollout_seed=np.int64(1234), raw_prompt=["hi"]))
+    asyncio.run(loop.run({"temperature": 1.0}, raw_prompt=["hi"]))
+    assert seen[0] == ({"temperature": 1.0, "seed": 1234}, {"raw_prompt": ["hi"]})
+    assert seen[1] == ({"temperature": 1.0}, {"raw_prompt": ["hi"]})

@@ -73,6 +73,7 @@ class RecordingRolloutManager:
         self.device = device
         self.tokenizer = tokenizer
         self.max_response = max_response
+        self.requests: list[dict] = []  # per call: the per-row rollout seeds and agent loop names
 
     def generate_sequences(self, batch):
         from verl import DataProto
@@ -91,6 +92,7 @@ class RecordingRolloutManager:
         groups = rows // N
         qualifying = int(round(QUALIFYING_FRACTION[step] * groups))
         device.events.append(("generate", step, groups))
+        self.requests.append({k: batch.non_tensor_batch.get(k) for k in ("rollout_seed", "agent_name")})
 
         texts = []
         for row in range(rows):
@@ -348,3 +350,27 @@ def test_a_resumed_run_trains_exactly_what_the_uninterrupted_run_trained(tmp_pat
     resumed.fit()
     assert resumed.global_steps == 6 and resumed_device.actor_version == whole_device.actor_version
     assert first.actor_rollout_wg.trained_sequences + resumed.actor_rollout_wg.trained_sequences == expected
+
+
+def test_seeded_rollouts_give_every_response_its_own_seed_repeatably_across_runs(tmp_path, inputs, monkeypatch):
+    from recipe_dapo.rollout_seeds import AGENT_NAME
+
+    runs = []
+    for name in ("first", "second"):
+        trainer, _ = build_trainer(tmp_path / name, inputs, monkeypatch, "dapo.seeded_rollouts=true")
+        trainer.fit()
+        runs.append(trainer.async_rollout_manager.requests)
+    first, second = runs
+    assert len(first) == len(second) > 3
+    for a, b in zip(first, second):
+        assert a["rollout_seed"].tolist() == b["rollout_seed"].tolist()  # the same seeds in a repeated run
+        assert len(set(a["rollout_seed"].tolist())) == len(a["rollout_seed"])  # the n responses of a prompt differ
+        assert set(a["agent_name"]) == {AGENT_NAME}
+    all_seeds = [seed for request in first for seed in request["rollout_seed"].tolist()]
+    assert len(set(all_seeds)) == len(all_seeds)  # no two rounds of the run reuse a seed
+
+
+def test_unseeded_rollouts_leave_verls_agent_loop_alone(trainer_and_device):
+    trainer, _ = trainer_and_device
+    trainer.fit()
+    assert all(request["rollout_seed"] is None for request in trainer.async_rollout_manager.requests)
