@@ -18,7 +18,6 @@ There is no KL term (keep ``actor_rollout_ref.actor.use_kl_loss=false``, as the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -26,6 +25,8 @@ import verl.utils.torch_functional as verl_F
 from omegaconf import DictConfig
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 from verl.workers.config import ActorConfig
+
+from recipe_dapo.clip import ClipBounds, clip_bounds  # noqa: F401  (one home for the clip rules)
 
 __all__ = ["DAPO_LOSS_MODE", "DAPO_METRIC_NAMES", "ClipBounds", "clip_bounds", "compute_policy_loss_dapo"]
 
@@ -58,50 +59,6 @@ DAPO_METRIC_NAMES = (
     "actor/clipped_high_token_prob_mean",
     "actor/clipped_high_token_prob_max",
 )
-
-
-@dataclass(frozen=True)
-class ClipBounds:
-    """The clip parameters of one update: the band is [1 - eps_low, 1 + eps_high]; dual clip caps at c."""
-
-    eps_low: float
-    eps_high: float
-    clip_ratio_c: float
-
-
-def clip_bounds(config: ActorConfig | DictConfig) -> ClipBounds:
-    """Read the clip bounds from the actor config, refusing values that make the objective meaningless.
-
-    ``clip_ratio_low`` / ``clip_ratio_high`` fall back to ``clip_ratio`` when unset (None), as in verl.
-    """
-    clip_ratio = config.get("clip_ratio", 0.2)
-    eps_low = config.get("clip_ratio_low", None)
-    eps_high = config.get("clip_ratio_high", None)
-    eps_low = clip_ratio if eps_low is None else eps_low
-    eps_high = clip_ratio if eps_high is None else eps_high
-    clip_ratio_c = config.get("clip_ratio_c", 3.0)
-
-    if eps_low is None or eps_high is None:
-        raise ValueError(
-            "the dapo policy loss needs clip bounds: set actor_rollout_ref.actor.clip_ratio_low and "
-            "actor_rollout_ref.actor.clip_ratio_high (the paper uses 0.2 and 0.28), or clip_ratio for both"
-        )
-    if not 0.0 <= eps_low < 1.0:
-        raise ValueError(
-            f"actor_rollout_ref.actor.clip_ratio_low={eps_low} puts the lower clip bound 1 - eps_low at or "
-            "below 0 (or above 1); use a value in [0, 1), e.g. 0.2 as in the paper"
-        )
-    if eps_high < 0.0:
-        raise ValueError(
-            f"actor_rollout_ref.actor.clip_ratio_high={eps_high} is negative; use a value >= 0, "
-            "e.g. 0.28 as in the paper"
-        )
-    if not clip_ratio_c > 1.0:
-        raise ValueError(
-            f"actor_rollout_ref.actor.clip_ratio_c={clip_ratio_c} must be greater than 1 (dual clip caps "
-            "the loss of negative-advantage tokens whose ratio exceeds it); use e.g. 3.0, verl's default"
-        )
-    return ClipBounds(float(eps_low), float(eps_high), float(clip_ratio_c))
 
 
 @register_policy_loss(DAPO_LOSS_MODE)

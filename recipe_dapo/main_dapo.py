@@ -1,92 +1,66 @@
 """Entry point: ``python -m recipe_dapo.main_dapo [hydra overrides]``.
 
 Hydra composes ``config/dapo_trainer.yaml`` (verl's ``ppo_trainer`` + DAPO defaults); the recipe checks the
-configuration before any worker starts; verl's ``run_ppo`` starts Ray and runs :class:`DAPOTaskRunner`,
-which builds verl's workers and datasets exactly as verl's own task runner does and trains with
-:class:`recipe_dapo.trainer.RayDAPOTrainer`.
+configuration (``preflight``: the same rules as ``DRY_RUN=1``) before Ray, vLLM or a worker starts, and refuses a
+bad one with every problem listed and exit status 1; then verl's ``run_ppo`` starts Ray and runs
+:class:`recipe_dapo.task_runner.DAPOTaskRunner`, which trains with :class:`recipe_dapo.trainer.RayDAPOTrainer`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
+import sys
 
 import hydra
-import ray
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from verl.trainer.main_ppo_v0 import BaseTaskRunner
-from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
-from verl.utils.config import validate_config
-
-from recipe_dapo.cpu.detect import use_configured_device
-from recipe_dapo.preflight import check_config, check_plugins_registered
+from recipe_dapo.preflight import DAPOConfigError, PluginNotLoadedError, check_config
 
 logger = logging.getLogger(__name__)
 
 
-@ray.remote(num_cpus=1)
-class DAPOTaskRunner(BaseTaskRunner):
-    """verl's task runner with the DAPO trainer; runs as a Ray actor, so it is also our worker-side check."""
-
-    def run(self, config: DictConfig) -> None:
-        from verl.utils.config import omega_conf_to_dataclass
-        from verl.utils.dataset.rl_dataset import collate_fn
-        from verl.workers.config import HFModelConfig
-
-        from recipe_dapo.trainer import RayDAPOTrainer
-
-        logger.info("DAPO task runner on %s (pid %d)", socket.gethostname(), os.getpid())
-        if config.dapo.preflight.check_worker_plugins:
-            # verl swallows plugin import errors at DEBUG level; a Ray worker without our plugins would
-            # silently train with the wrong loss or fail much later with "unknown reward manager".
-            check_plugins_registered(where="a Ray worker (the task runner)")
-        OmegaConf.resolve(config)
-
-        actor_rollout_cls, worker_group_cls = self.add_actor_rollout_worker(config)
-        self.add_reward_model_resource_pool(config)
-        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-
-        model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
-        tokenizer, processor = model_config.tokenizer, model_config.processor
-        resource_pool_manager = self.init_resource_pool_mgr(config)
-
-        def dataset(files, is_train: bool):
-            max_samples = config.data.get("train_max_samples" if is_train else "val_max_samples", -1)
-            return create_rl_dataset(files, config.data, tokenizer, processor, is_train=is_train, max_samples=max_samples)
-
-        train_dataset = dataset(config.data.train_files, is_train=True)
-        val_dataset = dataset(config.data.val_files, is_train=False)
-        trainer = RayDAPOTrainer(
-            config=config,
-            tokenizer=tokenizer,
-            processor=processor,
-            role_worker_mapping=self.role_worker_mapping,
-            resource_pool_manager=resource_pool_manager,
-            ray_worker_group_cls=worker_group_cls,
-            train_dataset=train_dataset,
-            val_dataset=val_dataset,
-            collate_fn=collate_fn,
-            train_sampler=create_rl_sampler(config.data, train_dataset),
-        )
-        trainer.init_workers()
-        trainer.fit()
-
-
 def run(config: DictConfig) -> None:
     """Check the configuration, then train (verl's run_ppo starts Ray and the task runner)."""
+    check_config(config, where="the driver")
     from verl.trainer.main_ppo import run_ppo
 
-    use_configured_device(config)
-    check_plugins_registered(where="the driver")
-    check_config(config)
+    from recipe_dapo.task_runner import DAPOTaskRunner
+
     run_ppo(config, task_runner_class=DAPOTaskRunner)
 
 
 @hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
-def main(config: DictConfig) -> None:
-    run(config)
+def _hydra_main(config: DictConfig) -> None:
+    with refusals_exit_cleanly():
+        run(config)
+
+
+class refusals_exit_cleanly:
+    """Print a refused configuration (or missing plugins) as a list, without a traceback, and exit with status 1."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if isinstance(error, (DAPOConfigError, PluginNotLoadedError)):
+            print(f"\n{error}\n", file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        return False
+
+
+def main(hydra_main=_hydra_main) -> None:
+    """Run ``hydra_main``; when Hydra cannot compose the overrides, add a 'did you mean' for mistyped keys."""
+    try:
+        hydra_main()
+    except SystemExit as exit:
+        from hydra.errors import HydraException
+
+        if exit.code not in (0, None) and isinstance(exit.__context__, HydraException):
+            from recipe_dapo.preflight import suggest_for_overrides
+
+            for line in suggest_for_overrides(sys.argv[1:]):
+                print(line, file=sys.stderr)
+        raise
 
 
 if __name__ == "__main__":

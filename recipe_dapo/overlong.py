@@ -16,9 +16,10 @@ finished on its own and is not truncated.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import torch
+if TYPE_CHECKING:  # the maths on numbers (and the start-up check) must not pay for importing torch
+    import torch
 
 
 def soft_overlong_penalty(response_length: int, max_resp_len: int, buffer_len: int, penalty_factor: float = 1.0) -> float:
@@ -46,6 +47,8 @@ def soft_overlong_penalties(
     response_lengths: torch.Tensor, max_resp_len: int, buffer_len: int, penalty_factor: float = 1.0
 ) -> torch.Tensor:
     """Vectorised :func:`soft_overlong_penalty` over a 1-D tensor of lengths (float32 result)."""
+    import torch
+
     check_overlong_buffer(max_resp_len, buffer_len)
     lengths = response_lengths.to(torch.float32)
     expected_len = float(max_resp_len - buffer_len)
@@ -76,6 +79,8 @@ def truncated_responses(
     ``responses`` and ``response_mask`` are verl's right-padded [batch, max_response_length] tensors, so
     the width of ``responses`` is the length budget the rollout had.
     """
+    import torch
+
     max_len = responses.shape[-1]
     lengths = response_mask.sum(dim=-1).long()
     used_whole_budget = lengths >= max_len

@@ -22,6 +22,10 @@ def small_run(data_files, *extra):
         "data.train_batch_size=4",
         "data.gen_batch_size=8",
         "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
         "reward.reward_kwargs.overlong_buffer_cfg.len=8",
         *extra,
     ]

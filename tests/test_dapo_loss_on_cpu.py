@@ -247,6 +247,8 @@ def test_clip_bounds_fall_back_to_clip_ratio_and_read_omegaconf_configs():
         ({"clip_ratio_c": 1.0}, "clip_ratio_c"),
         ({"clip_ratio_low": 1.0}, "clip_ratio_low"),
         ({"clip_ratio_high": -0.1}, "clip_ratio_high"),
+        ({"clip_ratio_low": 0.0}, "clip_ratio_low"),  # the start-up check refuses the same values (one rule)
+        ({"clip_ratio_low": 0.3, "clip_ratio_high": 0.1}, "clip_ratio_high=0.1 is below clip_ratio_low=0.3: did you swap"),
     ],
 )
 def test_meaningless_clip_settings_are_refused_with_the_key_to_fix(overrides, key):

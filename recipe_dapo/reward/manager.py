@@ -37,12 +37,11 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from recipe_dapo.overlong import soft_overlong_penalty
 from recipe_dapo.reward import symbolic
+from recipe_dapo.reward.metrics import REWARD_EXTRA_KEYS  # noqa: F401  (the per-sample keys, in one home)
 from recipe_dapo.reward.settings import RewardSettings, config_value
 from recipe_dapo.reward.verifier import MAX_REPORTED_CHARS, TAIL_CHARS, Verdict, verify
 
 logger = logging.getLogger(__name__)
-
-REWARD_EXTRA_KEYS = ("score", "acc", "pred", "overlong_reward", "overlong", "response_length", "verify_error")
 
 
 @register("recipe_dapo")

@@ -19,6 +19,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+REWARD_EXTRA_KEYS = ("score", "acc", "pred", "overlong_reward", "overlong", "response_length", "verify_error")
+"""The per-sample ``reward_extra_info`` keys of the ``recipe_dapo`` manager (the same keys for every sample)."""
+
 
 def reward_metrics(columns: Mapping[str, Any]) -> dict[str, float]:
     """The metrics above from per-sample columns (numpy arrays or lists); missing columns are skipped."""

@@ -1,0 +1,70 @@
+"""verl's task runner with the DAPO trainer: a Ray actor that builds verl's workers and datasets exactly as verl's
+own task runner does and trains with :class:`recipe_dapo.trainer.RayDAPOTrainer`.
+
+Kept apart from ``main_dapo`` so that the entry point checks the configuration before importing Ray and verl.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import ray
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.main_ppo_v0 import BaseTaskRunner
+from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
+from verl.utils.config import validate_config
+
+from recipe_dapo.preflight import check_plugins_registered
+
+logger = logging.getLogger(__name__)
+
+
+@ray.remote(num_cpus=1)
+class DAPOTaskRunner(BaseTaskRunner):
+    """verl's task runner with the DAPO trainer; runs as a Ray actor, so it is also our worker-side check."""
+
+    def run(self, config: DictConfig) -> None:
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.utils.dataset.rl_dataset import collate_fn
+        from verl.workers.config import HFModelConfig
+
+        from recipe_dapo.trainer import RayDAPOTrainer
+
+        logger.info("DAPO task runner on %s (pid %d)", socket.gethostname(), os.getpid())
+        if config.dapo.preflight.check_worker_plugins:
+            # verl swallows plugin import errors at DEBUG level; a Ray worker without our plugins would
+            # silently train with the wrong loss or fail much later with "unknown reward manager".
+            check_plugins_registered(where="a Ray worker (the task runner)")
+        OmegaConf.resolve(config)
+
+        actor_rollout_cls, worker_group_cls = self.add_actor_rollout_worker(config)
+        self.add_reward_model_resource_pool(config)
+        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+
+        model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+        tokenizer, processor = model_config.tokenizer, model_config.processor
+        resource_pool_manager = self.init_resource_pool_mgr(config)
+
+        def dataset(files, is_train: bool):
+            max_samples = config.data.get("train_max_samples" if is_train else "val_max_samples", -1)
+            return create_rl_dataset(files, config.data, tokenizer, processor, is_train=is_train, max_samples=max_samples)
+
+        train_dataset = dataset(config.data.train_files, is_train=True)
+        val_dataset = dataset(config.data.val_files, is_train=False)
+        trainer = RayDAPOTrainer(
+            config=config,
+            tokenizer=tokenizer,
+            processor=processor,
+            role_worker_mapping=self.role_worker_mapping,
+            resource_pool_manager=resource_pool_manager,
+            ray_worker_group_cls=worker_group_cls,
+            train_dataset=train_dataset,
+            val_dataset=val_dataset,
+            collate_fn=collate_fn,
+            train_sampler=create_rl_sampler(config.data, train_dataset),
+        )
+        trainer.init_workers()
+        trainer.fit()

@@ -1,0 +1,149 @@
+"""The one rule set (``recipe_dapo.preflight``): the same refusals at start-up and in a dry run, every problem at
+once, fast (no verl import for the recipe's own rules), no traceback, and a 'did you mean' for mistyped keys."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, compose_recipe_config
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from recipe_dapo.default_assets import write_dataset
+
+    train, val = write_dataset(tmp_path_factory.mktemp("data"), num_train=16, num_val=4, seed=0)
+    return [f"data.train_files={train}", f"data.val_files={val}"]
+
+
+def small(data, *extra):
+    return [
+        *data,
+        "data.max_response_length=32",
+        "data.train_batch_size=4",
+        "data.gen_batch_size=8",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
+        "reward.reward_kwargs.overlong_buffer_cfg.len=8",
+        *extra,
+    ]
+
+
+def refusal(overrides, **kwargs) -> str:
+    from recipe_dapo.preflight import DAPOConfigError, check_config
+
+    with pytest.raises(DAPOConfigError) as refused:
+        check_config(compose_recipe_config(overrides), **kwargs)
+    return str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        # Mistakes the issue found accepted somewhere: each must be refused by the one rule set.
+        ("trainer.use_v1=true", "trainer.use_v1=true"),
+        ("actor_rollout_ref.actor.clip_ratio_high=0.1", "did you swap them?"),
+        ("actor_rollout_ref.actor.clip_ratio_low=0", "clip_ratio_low=0 must lie in (0, 1)"),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size=8", "ppo_mini_batch_size=8 is larger than data.train_batch_size=4"),
+        ("+custom_reward_function.path=/my/reward.py", "set reward.custom_reward_function.path instead"),
+        ("algorithm.filter_groups.metric=nope", "algorithm.filter_groups.metric='nope'"),
+        ("dapo.dynamic_sampling.max_empty_rounds=0", "max_empty_rounds must be >= 1"),
+    ],
+)
+def test_each_mistake_is_refused_with_its_key_and_fix(data, override, expected):
+    message = refusal(small(data, override))
+    assert expected in message
+
+
+def test_metric_reward_is_accepted_like_the_sampler_accepts_it(data):
+    from recipe_dapo.preflight import check_config
+
+    check_config(compose_recipe_config(small(data, "algorithm.filter_groups.metric=reward")))
+
+
+def test_every_problem_of_the_recipes_rules_is_listed_once_in_one_refusal(data):
+    message = refusal(
+        small(
+            data,
+            "actor_rollout_ref.actor.clip_ratio_low=0.3",
+            "actor_rollout_ref.actor.clip_ratio_high=0.1",
+            "data.gen_batch_size=2",
+            "algorithm.filter_groups.metric=nope",
+            "trainer.use_v1=true",
+        )
+    )
+    problems = [line for line in message.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 4 and len(set(problems)) == 4, message
+    for key in ("clip_ratio_high=0.1", "data.gen_batch_size=2", "metric='nope'", "trainer.use_v1"):
+        assert key in message
+
+
+def test_a_dry_run_differs_from_a_start_up_only_in_absent_input_files(data):
+    from recipe_dapo.preflight import check_config
+
+    overrides = small(data[1:], "data.train_files=/cluster/only/train.parquet")
+    assert "does not exist" in refusal(overrides)
+    report = check_config(compose_recipe_config(overrides), absent_inputs_ok=True, where="the dry run")
+    assert any("/cluster/only/train.parquet" in item for item in report.not_checked)
+    # Everything else is the same rule: a bad value is refused in both.
+    assert "did you swap" in refusal(overrides + ["actor_rollout_ref.actor.clip_ratio_high=0.1"], absent_inputs_ok=True)
+
+
+REFUSE_WITHOUT_VERL = r"""
+import sys
+from conftest import compose_recipe_config
+from recipe_dapo.preflight import DAPOConfigError, check_config
+try:
+    check_config(compose_recipe_config(sys.argv[1:]))
+except DAPOConfigError as error:
+    print("REFUSED", "verl" in sys.modules, "torch" in sys.modules, "ray" in sys.modules)
+"""
+
+
+def test_the_recipes_rules_refuse_before_verl_torch_or_ray_are_imported(data):
+    result = subprocess.run(
+        [sys.executable, "-c", REFUSE_WITHOUT_VERL, *small(data, "actor_rollout_ref.actor.clip_ratio_high=0.1")],
+        cwd=REPO_ROOT / "tests", capture_output=True, text=True, timeout=300,
+    )
+    assert result.stdout.strip().splitlines()[-1] == "REFUSED False False False", result.stdout + result.stderr
+
+
+def test_the_entry_point_refuses_with_a_list_exit_status_1_and_no_traceback(data, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "recipe_dapo.main_dapo", *small(data, "actor_rollout_ref.actor.ppo_mini_batch_size=8")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+    )
+    assert result.returncode == 1
+    assert "recipe_dapo refused the configuration:" in result.stderr
+    assert "ppo_mini_batch_size=8" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_mistyped_key_gets_a_did_you_mean(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "recipe_dapo.dry_run", "algorithm.filter_groups.metrc=acc", "platform=cpu"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1
+    assert "did you mean algorithm.filter_groups.metric?" in result.stderr, result.stderr
+
+
+def test_unknown_override_keys_are_matched_among_their_siblings_first():
+    from recipe_dapo.preflight import unknown_override_keys
+
+    config = compose_recipe_config([])
+    lines = unknown_override_keys(
+        ["actor_rollout_ref.actor.clip_ration_low=0.1", "platform=cpu", "+new.key=1", "data.train_batch_size=8"],
+        config,
+        groups=["platform"],
+    )
+    assert len(lines) == 1
+    assert "did you mean actor_rollout_ref.actor.clip_ratio_low" in lines[0]
