@@ -14,7 +14,3 @@ Where things live (add a new piece next to its siblings and register it in ``plu
 """
 
 __version__ = "0.1.0"
-
-from recipe_dapo.config import register_resolver as _register_config_resolver
-
-_register_config_resolver()  # Hydra needs it to find verl's ppo_trainer (see recipe_dapo.config)

@@ -14,6 +14,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+import recipe_dapo.config  # noqa: F401  (registers what Hydra needs to compose the config)
 from recipe_dapo.preflight import DAPOConfigError, PluginNotLoadedError, check_config
 
 logger = logging.getLogger(__name__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
 from omegaconf import OmegaConf
 
 from recipe_dapo.preflight import DAPOConfigError, check_config
@@ -94,7 +95,7 @@ def test_valid_small_configuration_passes_every_start_up_check(data_files):
         ("actor_rollout_ref.actor.policy_loss.loss_mode=missing_loss", "policy_loss.loss_mode"),
         ("reward.reward_manager.name=missing_manager", "reward.reward_manager.name"),
         ("actor_rollout_ref.rollout.n=1", "rollout.n"),
-        ("+dapo.dynamic_sampling.max_stalenes=2", "dapo.dynamic_sampling.max_stalenes"),
+        ("+dapo.dynamic_sampling.max_stalenes=2", "dapo.dynamic_sampling.max_stalenes"),  # '+' forces it in
         ("dapo.dynamic_sampling.on_exhausted=crash", "dapo.dynamic_sampling.on_exhausted"),
         ("actor_rollout_ref.actor.clip_ratio_c=0.5", "clip_ratio_c"),
         ("data.train_files=/nonexistent/train.parquet", "data.train_files"),
@@ -131,3 +132,28 @@ def test_bad_data_row_is_refused_with_file_row_and_field(tmp_path, data_files):
         check_config(config)
     message = str(refused.value)
     assert str(bad) in message and "row 1" in message and "ground_truth" in message
+
+
+def test_the_dapo_section_is_typed_so_a_mistyped_key_or_a_wrong_type_fails_at_composition():
+    """dapo: is built from recipe_dapo.settings: Hydra refuses unknown keys and values of the wrong type."""
+    from hydra.errors import ConfigCompositionException
+
+    for override, named in (
+        ("dapo.dynamic_sampling.max_stalenes=2", "max_stalenes"),
+        ("dapo.dynamic_sampling.safety_margin=lots", "safety_margin"),
+    ):
+        with pytest.raises(ConfigCompositionException) as refused:
+            compose_recipe_config([override])
+        assert named in str(refused.value) + str(refused.value.__cause__)
+
+
+def test_the_dapo_sections_defaults_are_the_dataclass_defaults_and_nowhere_else():
+    from dataclasses import asdict
+
+    from omegaconf import OmegaConf
+
+    from recipe_dapo.settings import DapoSettings
+
+    assert OmegaConf.to_container(compose_recipe_config([]).dapo) == asdict(DapoSettings())
+    yaml_text = (Path(__file__).resolve().parents[1] / "recipe_dapo" / "config" / "dapo_trainer.yaml").read_text()
+    assert "max_staleness:" not in yaml_text and "round_sizing:" not in yaml_text  # no second default

@@ -3,8 +3,11 @@
 verl's ``ppo_trainer`` is found in the installed verl package by folder (``file://``), located without importing
 verl: a ``pkg://verl.trainer.config`` search path would import verl (and torch, and the plugins) just to read
 YAML, which made every configuration mistake take tens of seconds to report. The folder comes from the
-``recipe_dapo_verl_config_dir`` resolver, registered when ``recipe_dapo`` is imported (Hydra imports it before
-it reads this folder, through ``python -m recipe_dapo.main_dapo`` or ``initialize_config_module``).
+``recipe_dapo_verl_config_dir`` resolver.
+
+The ``dapo:`` section is :class:`recipe_dapo.settings.DapoSettings`, stored in Hydra's ConfigStore as
+``dapo_settings``. Both are registered when this package is imported: ``initialize_config_module`` imports it,
+and the entry points (``main_dapo``, ``dry_run``) import it before Hydra composes.
 """
 
 from __future__ import annotations
@@ -28,9 +31,15 @@ def verl_config_dir() -> str:
     return folder
 
 
-def register_resolver() -> None:
+def register() -> None:
+    """The resolver that finds verl's configs, and the ``dapo:`` schema (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    from recipe_dapo.settings import DapoSettings
+
     if not OmegaConf.has_resolver(VERL_CONFIG_RESOLVER):
         OmegaConf.register_new_resolver(VERL_CONFIG_RESOLVER, verl_config_dir)
+    ConfigStore.instance().store(name="dapo_settings", node=DapoSettings)
 
 
 def config_groups() -> list[str]:
@@ -39,3 +48,6 @@ def config_groups() -> list[str]:
     for folder in (os.path.dirname(__file__), verl_config_dir()):
         groups += [name for name in os.listdir(folder) if os.path.isdir(os.path.join(folder, name)) and name[0] != "_"]
     return sorted(set(groups))
+
+
+register()

@@ -30,28 +30,10 @@ FILTER_GROUPS_KEYS = ("enable", "metric", "max_num_gen_batches")
 NAMESPACE = "dapo.dynamic_sampling"
 
 
-@dataclass(frozen=True)
-class DynamicSamplingConfig:
-    """Resolved settings of :class:`~recipe_dapo.dynamic_sampling.sampler.DynamicSampler`."""
-
-    train_batch_size: int
-    """``data.train_batch_size``: groups (prompts) per training step."""
-
-    gen_batch_size: int
-    """``data.gen_batch_size`` (null: ``train_batch_size``): prompts per round with ``round_sizing=whole``,
-    upper bound of a round otherwise, and the unit of the ``max_num_gen_batches`` budget."""
-
-    enable: bool = True
-    """``algorithm.filter_groups.enable``: drop groups whose responses all score the same. When False every
-    group is kept and one round of ``train_batch_size`` prompts fills each step."""
-
-    metric: str = "acc"
-    """``algorithm.filter_groups.metric``: ``acc``, ``score``, ``seq_reward``, ``seq_final_reward``,
-    ``reward`` or any reward_extra_info key."""
-
-    max_num_gen_batches: int = 0
-    """``algorithm.filter_groups.max_num_gen_batches``: at most this many ``gen_batch_size`` worth of
-    prompts are generated per step (<= 0: no limit); then ``on_exhausted`` applies."""
+@dataclass(kw_only=True)
+class DynamicSamplingSettings:
+    """The recipe's ``dapo.dynamic_sampling`` config node: each field's default here is the only one (the Hydra
+    config is built from this class, see ``recipe_dapo.settings``)."""
 
     round_sizing: str = "deficit"
     """``deficit``: each round asks for the prompts expected to fill what is missing, from the running
@@ -99,6 +81,33 @@ class DynamicSamplingConfig:
     whatever the ``max_num_gen_batches`` budget (with no budget such a step would otherwise never end): the
     filter metric does not vary within groups, or the data is far too easy or too hard for the model."""
 
+
+
+@dataclass(kw_only=True)
+class DynamicSamplingConfig(DynamicSamplingSettings):
+    """Resolved settings of :class:`~recipe_dapo.dynamic_sampling.sampler.DynamicSampler`: verl's
+    ``algorithm.filter_groups`` and the batch sizes, plus :class:`DynamicSamplingSettings`."""
+
+
+    train_batch_size: int
+    """``data.train_batch_size``: groups (prompts) per training step."""
+
+    gen_batch_size: int
+    """``data.gen_batch_size`` (null: ``train_batch_size``): prompts per round with ``round_sizing=whole``,
+    upper bound of a round otherwise, and the unit of the ``max_num_gen_batches`` budget."""
+
+    enable: bool = False
+    """``algorithm.filter_groups.enable`` (verl's default: off; the recipe's config turns it on): drop groups whose responses all score the same. When False every
+    group is kept and one round of ``train_batch_size`` prompts fills each step."""
+
+    metric: str = ""
+    """``algorithm.filter_groups.metric`` (verl's default: none; the recipe's config says ``acc``): ``acc``, ``score``, ``seq_reward``, ``seq_final_reward``,
+    ``reward`` or any reward_extra_info key."""
+
+    max_num_gen_batches: int = 0
+    """``algorithm.filter_groups.max_num_gen_batches``: at most this many ``gen_batch_size`` worth of
+    prompts are generated per step (<= 0: no limit); then ``on_exhausted`` applies."""
+
     # ---------------------------------------------------------------- construction
 
     @classmethod
@@ -124,8 +133,7 @@ class DynamicSamplingConfig:
             "metric": filter_groups.get("metric", None) or "",
             "max_num_gen_batches": filter_groups.get("max_num_gen_batches", None) or 0,
         }
-        own_fields = [f.name for f in fields(cls) if f.name not in FILTER_GROUPS_KEYS]
-        own_fields = [name for name in own_fields if name not in ("train_batch_size", "gen_batch_size")]
+        own_fields = [f.name for f in fields(DynamicSamplingSettings)]
         for key, value in (dynamic_sampling or {}).items():
             if key == "_target_":
                 continue

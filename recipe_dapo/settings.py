@@ -1,0 +1,46 @@
+"""The recipe's own configuration, the ``dapo:`` section, as typed dataclasses: the one home of every field's
+default, docstring and check.
+
+The Hydra config is built from these classes (``recipe_dapo.config`` stores :class:`DapoSettings` in Hydra's
+ConfigStore and ``dapo_trainer.yaml`` composes it at ``dapo``), so the YAML repeats no default, a mistyped key is
+refused by Hydra with a 'did you mean', and a value of the wrong type is refused at composition. verl's own
+sections keep verl's dataclasses (``_target_``); ``reward.reward_kwargs`` is read by
+``recipe_dapo.reward.settings.RewardSettings``. Pure: no verl, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from recipe_dapo.dynamic_sampling.config import DynamicSamplingSettings
+
+
+@dataclass
+class OverlongFilterSettings:
+    """``dapo.overlong_filter``: overlong filtering (paper section 3.4)."""
+
+    enable: bool = False
+    """Truncated responses (the whole length budget used without EOS) contribute no policy-gradient loss; they
+    still count in their group's advantage baseline. Off by default, as in the paper's final recipe."""
+
+
+@dataclass
+class PreflightSettings:
+    """``dapo.preflight``: start-up checks beyond the configuration rules."""
+
+    check_worker_plugins: bool = True
+    """Check in a Ray worker (the task runner) that the recipe's verl plugins registered there too."""
+
+
+@dataclass
+class DapoSettings:
+    """The ``dapo:`` section of the run config."""
+
+    seeded_rollouts: bool = False
+    """Sample every training response with its own seed from (``actor_rollout_ref.rollout.seed``, step, round),
+    so that a fixed-seed run repeats (``recipe_dapo.rollout_seeds``; ``platform=cpu`` turns it on)."""
+
+    overlong_filter: OverlongFilterSettings = field(default_factory=OverlongFilterSettings)
+    dynamic_sampling: DynamicSamplingSettings = field(default_factory=DynamicSamplingSettings)
+    """Dynamic sampling beyond the paper; verl's ``algorithm.filter_groups`` holds enable / metric / budget."""
+    preflight: PreflightSettings = field(default_factory=PreflightSettings)
