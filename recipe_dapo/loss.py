@@ -52,9 +52,9 @@ LOG_RATIO_CLAMP = 20.0
 # A micro-batch with no clipped token reports 0 for both probability metrics.
 DAPO_METRIC_NAMES = (
     "actor/pg_clipfrac",
-    "actor/pg_clipfrac_high",
-    "actor/pg_clipfrac_low",
-    "actor/pg_clipfrac_dual",
+    "actor/pg_clipfrac_eps_high",
+    "actor/pg_clipfrac_eps_low",
+    "actor/pg_clipfrac_lower",
     "actor/ppo_kl",
     "actor/clipped_high_token_prob_mean",
     "actor/clipped_high_token_prob_max",
@@ -141,10 +141,10 @@ def _clip_metrics(
 ) -> dict[str, float]:
     """Per-micro-batch clip statistics over valid tokens (see the aggregation note above).
 
-    - pg_clipfrac: the band clip binds (verl's definition: high + low; dual clip is counted apart)
-    - pg_clipfrac_high: A > 0 and r > 1 + eps_high
-    - pg_clipfrac_low: A < 0 and r < 1 - eps_low
-    - pg_clipfrac_dual: A < 0 and r > clip_ratio_c
+    - pg_clipfrac: the band clip binds (verl's definition: eps_high + eps_low; dual clip is counted apart)
+    - pg_clipfrac_eps_high: A > 0 and r > 1 + eps_high (clip-higher binds: ``clip_ratio_high``)
+    - pg_clipfrac_eps_low: A < 0 and r < 1 - eps_low (``clip_ratio_low`` binds)
+    - pg_clipfrac_lower: A < 0 and r > clip_ratio_c, the dual clip (verl's name and meaning, as its vanilla loss)
     - ppo_kl: mean of -log r (verl's definition)
     - clipped_high_token_prob_mean / _max: current-policy probability exp(log_prob) of the
       clipped-high tokens, 0 when there are none

@@ -10,6 +10,14 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "e2e: multi-minute end-to-end runs (real Ray, vLLM, training); they live in tests/e2e and tests/gpu; "
+        "`-m 'not e2e'` runs the unit tests alone",
+    )
+
+
 def shared_data_dir() -> Path | None:
     """The offline data (../shared/data beside the repository, or $SHARED_DATA_DIR); None when absent."""
     for candidate in (REPO_ROOT.parent / "shared" / "data", os.environ.get("SHARED_DATA_DIR")):

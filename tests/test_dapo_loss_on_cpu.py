@@ -196,9 +196,9 @@ def test_metrics_count_each_clip_region_on_the_hand_made_case():
     assert set(metrics) == set(DAPO_METRIC_NAMES)
     # Of 8 valid tokens: clipped high 3 and 8, low 4, dual 7 (padding with r = 10, A < 0 not counted).
     assert metrics["actor/pg_clipfrac"] == pytest.approx(3 / 8)
-    assert metrics["actor/pg_clipfrac_high"] == pytest.approx(2 / 8)
-    assert metrics["actor/pg_clipfrac_low"] == pytest.approx(1 / 8)
-    assert metrics["actor/pg_clipfrac_dual"] == pytest.approx(1 / 8)
+    assert metrics["actor/pg_clipfrac_eps_high"] == pytest.approx(2 / 8)
+    assert metrics["actor/pg_clipfrac_eps_low"] == pytest.approx(1 / 8)
+    assert metrics["actor/pg_clipfrac_lower"] == pytest.approx(1 / 8)
     # ppo_kl = mean(-log r) = -(log .5 + 0 + log 1.5 + log .5 + 0 + log 2 + log 4 + log 4) / 8
     #        = -log(.5 * 1.5 * .5 * 2 * 4 * 4) / 8 = -log(12) / 8
     assert metrics["actor/ppo_kl"] == pytest.approx(-math.log(12) / 8)
@@ -213,7 +213,7 @@ def test_clipped_high_probability_metrics_are_zero_when_nothing_is_clipped_high(
     )
     assert metrics["actor/clipped_high_token_prob_mean"] == 0.0
     assert metrics["actor/clipped_high_token_prob_max"] == 0.0
-    assert metrics["actor/pg_clipfrac_low"] == pytest.approx(1 / 2)
+    assert metrics["actor/pg_clipfrac_eps_low"] == pytest.approx(1 / 2)
 
 
 def test_verl_averages_the_per_micro_batch_max_over_micro_batches_and_takes_the_max_over_mini_batches():
@@ -238,7 +238,7 @@ def test_clip_bounds_fall_back_to_clip_ratio_and_read_omegaconf_configs():
         loss_agg_mode="token-mean",
         config=OmegaConf.create({"clip_ratio": 0.1, "clip_ratio_low": None, "clip_ratio_high": None}),
     )
-    assert metrics["actor/pg_clipfrac_high"] == pytest.approx(1 / 2)
+    assert metrics["actor/pg_clipfrac_eps_high"] == pytest.approx(1 / 2)
 
 
 @pytest.mark.parametrize(
@@ -389,7 +389,7 @@ def test_micro_batches_on_two_ranks_give_exactly_the_full_batch_gradient(loss_ag
     dp_grad, dp_loss = data_parallel_gradient(loss_agg_mode, weight, features, lengths, batch, RANK_MICRO_BATCHES)
 
     # the case exercises every clip region and has a real gradient, not two zeros agreeing
-    assert min(full_metrics[f"actor/pg_clipfrac_{kind}"] for kind in ("high", "low", "dual")) > 0
+    assert min(full_metrics[f"actor/pg_clipfrac_{kind}"] for kind in ("eps_high", "eps_low", "lower")) > 0
     assert full_grad.abs().max() > 1e-3
     assert (dp_grad - full_grad).abs().max().item() < 1e-6
     # verl's logged actor/pg_loss (Metric SUM over micro-batches, mean over ranks) is the full-batch loss

@@ -8,7 +8,7 @@ the validation before training. The curves:
     val reward      val/<source>/mean@k (recipe metric), falling back to verl's val-core/<source>/acc/mean@k
     entropy         actor/entropy (old-policy token entropy of the trained batch)
     length          response_length/mean (trained batch)
-    clip fractions  actor/pg_clipfrac, actor/pg_clipfrac_high (ratio above 1 + eps_high, A > 0)
+    clip fractions  actor/pg_clipfrac, actor/pg_clipfrac_eps_high (ratio above 1 + eps_high, A > 0)
 
 Generated tokens (the x axis and the budget): ``dynamic_sampling/generated_tokens`` when the run logged it
 (every response token of every round, kept or dropped: exact). Older runs: generated responses x mean
@@ -143,7 +143,7 @@ def final_figures(run: Run, last: int = 5) -> dict[str, float]:
         "entropy_last": tail("actor/entropy"),
         "length_last": tail("response_length/mean"),
         "clipfrac_mean": overall("actor/pg_clipfrac"),
-        "clipfrac_high_mean": overall("actor/pg_clipfrac_high"),
+        "clipfrac_high_mean": overall("actor/pg_clipfrac_eps_high"),
         "wall_seconds": run.wall_seconds if run.wall_seconds is not None else float("nan"),
     }
 
@@ -160,7 +160,7 @@ def plot(runs: dict[tuple[str, int], Run], out: Path, smooth: int = 5) -> None:
         ("actor/entropy", "entropy of the trained batch (nats/token)"),
         ("response_length/mean", "mean response length (tokens)"),
         ("actor/pg_clipfrac", "clip fraction (all clipped tokens)"),
-        ("actor/pg_clipfrac_high", "clip fraction, upper bound (A>0, ratio>1+eps_high)"),
+        ("actor/pg_clipfrac_eps_high", "clip fraction, upper bound (A>0, ratio>1+eps_high)"),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     seeds = sorted({seed for _, seed in runs})

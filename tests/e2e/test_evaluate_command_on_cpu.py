@@ -25,7 +25,10 @@ from recipe_dapo.evaluation import evaluate, generation
 from conftest import SHARED  # noqa: E402
 MAX_RESPONSE_LENGTH = 12
 
-pytestmark = pytest.mark.skipif(SHARED is None, reason="shared data not found at ../shared/data or $SHARED_DATA_DIR")
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(SHARED is None, reason="shared data not found at ../shared/data or $SHARED_DATA_DIR"),
+]
 
 
 @pytest.fixture(scope="module")
