@@ -44,5 +44,5 @@ def validation_problem_metrics(
         acc=np.asarray(reward_extra_infos["acc"], dtype=np.float64),
         preds=reward_extra_infos.get("pred"),
         response_lengths=np.asarray(reward_extra_infos.get("response_length", zeros), dtype=np.float64),
-        truncated=np.asarray(reward_extra_infos.get("overlong", zeros), dtype=bool),
+        truncated=np.asarray(reward_extra_infos.get("truncated", zeros), dtype=bool),
     )

@@ -343,7 +343,7 @@ def reward_extra_info_keys(reward_manager_name: str) -> tuple[str, ...] | None:
 
         return tuple(REWARD_EXTRA_KEYS)
     if reward_manager_name == "dapo":
-        return ("score", "acc", "pred", "overlong_reward", "overlong")
+        return ("score", "acc", "pred", "overlong_reward", "overlong")  # verl's dapo manager's own names
     return None
 
 

@@ -14,7 +14,7 @@ The rollout replicas follow verl's protocol whatever the number of rounds in a s
 awake with the actor's current weights for every generation, asleep while the actor works.
 
 Everything else (workers, weight sync, checkpoints, validation generation, metric helpers) is the base
-class's; the algorithmic decisions live in pure modules (``dynamic_sampling``, ``overlong_filter``,
+class's; the algorithmic decisions live in pure modules (``dynamic_sampling``, ``overlong``,
 ``metrics``). Settings the recipe does not support are refused at start-up (``preflight``).
 """
 
@@ -56,7 +56,7 @@ from recipe_dapo.dynamic_sampling import (
     trajectory_metric,
 )
 from recipe_dapo.metrics import validation_problem_metrics, with_problem_uids
-from recipe_dapo.overlong_filter import apply_overlong_filter
+from recipe_dapo.overlong import apply_overlong_filter, overlong_metrics
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.reward.metrics import reward_metrics
 from recipe_dapo.rollout_replicas import RolloutReplicas
@@ -166,10 +166,8 @@ class RayDAPOTrainer(RayPPOTrainer):
                 self.replicas.sleep()  # however many rounds ran (none, one, several): the actor needs the memory
             if batch is not None:
                 batch = self.prepare_update(batch, metrics, timing)
-                unfiltered_mask = self.filter_overlong(batch, metrics)
+                self.filter_overlong(batch, metrics)
                 self.update_actor(batch, metrics, timing)
-                if unfiltered_mask is not None:  # data metrics describe every trained response
-                    batch.batch["response_mask"] = unfiltered_mask
             else:
                 # Under on_exhausted=train_partial too few groups qualified for one mini-batch: no update.
                 logger.warning("step %d: too few qualifying groups for a mini-batch; skipping the update", self.global_steps)
@@ -192,6 +190,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         metrics.update(collected.metrics)
         if collected.rounds:  # reward metrics describe everything scored this step, before filtering
             metrics.update(reward_metrics(collected.scored_columns))
+            metrics.update(overlong_metrics(collected.scored_columns))
         return collected.batch
 
     def _groups_multiple(self) -> int:
@@ -253,7 +252,7 @@ class RayDAPOTrainer(RayPPOTrainer):
     # ------------------------------------------------------------------ Algorithm 1, line 9
 
     def prepare_update(self, batch: DataProto, metrics: dict, timing: dict) -> DataProto:
-        """Old / reference log-probs, token rewards, GRPO advantages, then overlong filtering."""
+        """Old / reference log-probs, token rewards, GRPO advantages, and the batch's data metrics."""
         if self.config.trainer.balance_batch:
             self._balance_batch(batch, metrics=metrics)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
@@ -299,19 +298,18 @@ class RayDAPOTrainer(RayPPOTrainer):
                 norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
                 config=self.config.algorithm,
             )
+        metrics.update(compute_data_metrics(batch=batch, use_critic=False))  # every trained response, unfiltered
         return batch
 
-    def filter_overlong(self, batch: DataProto, metrics: dict) -> Optional[torch.Tensor]:
-        """Overlong filtering: truncated responses add no loss; returns the unfiltered mask (None when off).
+    def filter_overlong(self, batch: DataProto, metrics: dict) -> None:
+        """Overlong filtering: truncated responses add no loss (when ``dapo.overlong_filter.enable``).
 
-        Runs after the advantages, so truncated responses still count in their group's baseline.
+        Runs after the advantages, so truncated responses still count in their group's baseline, and after the
+        batch's data metrics, which describe every trained response.
         """
-        if not self.config.dapo.overlong_filter.enable:
-            return None
-        unfiltered_mask = batch.batch["response_mask"]  # the filter replaces the mask, never edits it
-        max_len = self.config.actor_rollout_ref.rollout.response_length
-        metrics.update(apply_overlong_filter(batch, self.eos_token_ids, max_response_length=max_len))
-        return unfiltered_mask
+        if self.config.dapo.overlong_filter.enable:
+            max_len = self.config.actor_rollout_ref.rollout.response_length
+            metrics.update(apply_overlong_filter(batch, self.eos_token_ids, max_response_length=max_len))
 
     def _add_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
         """π_old log-probs recomputed by the actor (three-policy mode), with verl's entropy metric."""
@@ -378,7 +376,6 @@ class RayDAPOTrainer(RayPPOTrainer):
         self.max_steps_duration = max(self.max_steps_duration, timing.get("step", 0.0))
         metrics.update({"training/global_step": self.global_steps, "training/epoch": self.prompt_stream.epoch})
         if batch is not None:
-            metrics.update(compute_data_metrics(batch=batch, use_critic=False))
             metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing))
             n_gpus = self.resource_pool_manager.get_n_gpus()
             metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing, n_gpus=n_gpus))

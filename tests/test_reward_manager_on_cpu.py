@@ -21,7 +21,7 @@ from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 from verl.utils.ray_utils import get_event_loop
 
 import recipe_dapo.reward.manager  # noqa: F401  (registers "recipe_dapo", as plugin.py does)
-from recipe_dapo.overlong import truncated_responses
+from recipe_dapo.overlong import overlong_metrics, truncated_rows
 from recipe_dapo.reward.manager import REWARD_EXTRA_KEYS, decode_tail, is_truncated
 from recipe_dapo.reward.metrics import reward_metrics
 from recipe_dapo.reward.settings import RewardSettings
@@ -146,8 +146,8 @@ def test_manager_scores_a_padded_batch_with_correctness_plus_soft_overlong_penal
     assert info["response_length"].tolist() == [10, 10, 10, 28, 32, 32]
     assert info["verify_error"].tolist() == [""] * 6
     # Only the last response was truncated; the one of exactly L_max tokens ended on its own.
-    assert info["overlong"].tolist() == [False, False, False, False, False, True]
-    assert info["overlong"].tolist() == truncated_responses(
+    assert info["truncated"].tolist() == [False, False, False, False, False, True]
+    assert info["truncated"].tolist() == truncated_rows(
         batch.batch["responses"], batch.batch["attention_mask"][:, PROMPT_LENGTH:], [tokenizer.eos_token_id]
     ).tolist()
     # verl puts each reward on the last valid response token.
@@ -156,7 +156,7 @@ def test_manager_scores_a_padded_batch_with_correctness_plus_soft_overlong_penal
     assert rm_scores[torch.arange(6), last].tolist() == pytest.approx(expected_reward)
     assert rm_scores.sum().item() == pytest.approx(sum(expected_reward))
 
-    metrics = reward_metrics(info)
+    metrics = {**reward_metrics(info), **overlong_metrics(info)}
     assert metrics["reward/verify_error_ratio"] == 0.0
     assert metrics["reward/no_answer_ratio"] == pytest.approx(1 / 6)
     assert metrics["overlong/truncated_ratio"] == pytest.approx(1 / 6)
@@ -172,7 +172,7 @@ def test_soft_penalty_at_the_buffer_start_inside_it_at_l_max_and_beyond(tokenize
     info = score_like_verl(config, padded_batch(tokenizer, rows)).non_tensor_batch
     assert info["overlong_reward"].tolist() == pytest.approx([0.0, -0.5, -1.0, -1.0])
     assert info["response_length"].tolist() == lengths
-    assert info["overlong"].tolist() == [False] * 4  # all ended with EOS inside the rollout budget
+    assert info["truncated"].tolist() == [False] * 4  # all ended with EOS inside the rollout budget
 
 
 def test_streamed_unpadded_sample_uses_the_config_budget_to_detect_truncation(tokenizer, base_config):
@@ -199,8 +199,8 @@ def test_streamed_unpadded_sample_uses_the_config_budget_to_detect_truncation(to
 
     short_cut = asyncio.run(manager.run_single(streamed(response_ids(tokenizer, "Answer: 7", 20, False))))
     full_cut = asyncio.run(manager.run_single(streamed(response_ids(tokenizer, "Answer: 7", 32, False))))
-    assert short_cut["reward_extra_info"]["overlong"] is False  # 20 < 32 tokens: a width-20 tensor is not a cut
-    assert full_cut["reward_extra_info"]["overlong"] is True
+    assert short_cut["reward_extra_info"]["truncated"] is False  # 20 < 32 tokens: a width-20 tensor is not a cut
+    assert full_cut["reward_extra_info"]["truncated"] is True
     assert full_cut["reward_score"] == pytest.approx(1.0 - 1.0)
 
 
@@ -231,7 +231,7 @@ def test_disabled_buffer_adds_no_penalty_but_still_reports_truncation(tokenizer,
     config = with_overrides(base_config, reward__reward_kwargs__overlong_buffer_cfg__enable=False)
     batch = padded_batch(tokenizer, [(response_ids(tokenizer, "Answer: 42", 32, False), "42")])
     info = score_like_verl(config, batch).non_tensor_batch
-    assert (info["score"][0], info["overlong_reward"][0], info["overlong"][0]) == (1.0, 0.0, True)
+    assert (info["score"][0], info["overlong_reward"][0], info["truncated"][0]) == (1.0, 0.0, True)
 
 
 def test_bad_reward_kwargs_fail_at_start_up_naming_the_key(tokenizer, base_config):
@@ -311,11 +311,11 @@ def test_reward_metrics_count_errors_time_outs_missing_answers_and_overlong():
         "verify_error": np.array(["", "time-out: symbolic checker still checking at the limit", "ValueError: x", ""]),
         "pred": np.array(["1", "2", "", ""]),
         "acc": np.array([True, False, False, False]),
-        "overlong": np.array([False, False, True, False]),
+        "truncated": np.array([False, False, True, False]),
         "overlong_reward": np.array([0.0, -0.5, -1.0, 0.0]),
     }
     # 2 of 4 errors, 1 of them a time-out; 2 of 4 empty preds; 1 right; 1 truncated; 2 penalised, mean -1.5/4
-    assert reward_metrics(columns) == {
+    assert {**reward_metrics(columns), **overlong_metrics(columns)} == {
         "reward/verify_error_ratio": 0.5,
         "reward/verify_timeout_ratio": 0.25,
         "reward/no_answer_ratio": 0.5,

@@ -35,7 +35,7 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from recipe_dapo.overlong import soft_overlong_penalty
+from recipe_dapo.overlong import TRUNCATED_COLUMN, get_shaping, is_truncated
 from recipe_dapo.reward import symbolic
 from recipe_dapo.reward.metrics import REWARD_EXTRA_KEYS  # noqa: F401  (the per-sample keys, in one home)
 from recipe_dapo.reward.settings import RewardSettings, config_value
@@ -51,6 +51,7 @@ class RecipeDAPORewardManager(RewardManagerBase):
     def __init__(self, config, tokenizer, compute_score, reward_router_address=None, reward_model_tokenizer=None):
         super().__init__(config, tokenizer, compute_score)
         self.settings = RewardSettings.from_config(config)
+        self.length_shaping = get_shaping(self.settings.overlong_shape)
         if self.settings.symbolic_check and not symbolic.math_verify_installed():
             raise ValueError(
                 "reward.reward_kwargs.symbolic_check=true needs math-verify: pip install 'recipe_dapo[math]', "
@@ -77,10 +78,10 @@ class RecipeDAPORewardManager(RewardManagerBase):
         ground_truth = _ground_truth(item.non_tensor_batch)
 
         last_token = int(valid_ids[-1]) if length else None
-        overlong = is_truncated(length, last_token, self.settings.rollout_budget, self.stop_token_ids)
+        truncated = is_truncated(length, last_token, self.settings.rollout_budget, self.stop_token_ids)
         overlong_reward = 0.0
         if self.settings.overlong_enable:
-            overlong_reward = soft_overlong_penalty(
+            overlong_reward = self.length_shaping(
                 length,
                 self.settings.max_resp_len,
                 self.settings.overlong_buffer_len,
@@ -106,7 +107,7 @@ class RecipeDAPORewardManager(RewardManagerBase):
                 "acc": verdict.correct,
                 "pred": verdict.pred,
                 "overlong_reward": float(overlong_reward),
-                "overlong": overlong,
+                TRUNCATED_COLUMN: truncated,
                 "response_length": length,
                 "verify_error": verdict.error,
             },
@@ -167,18 +168,6 @@ def _ground_truth(non_tensor: dict) -> Any:
             "each sample needs reward_model.ground_truth (verl's RL parquet layout); "
             f"got non_tensor_batch keys {sorted(non_tensor)}"
         ) from error
-
-
-def is_truncated(
-    response_length: int, last_token_id: int | None, rollout_budget: int, stop_ids: frozenset[int]
-) -> bool:
-    """The rule of :func:`recipe_dapo.overlong.truncated_responses` on one unpadded response: it used the
-    whole budget and its last token is not a stop token.
-
-    The budget comes from the config, not the tensor width: the agent loop streams each response
-    unpadded, so its width is its own length.
-    """
-    return response_length >= rollout_budget and last_token_id not in stop_ids
 
 
 def decode_tail(tokenizer: Any, token_ids: Sequence[int], min_chars: int) -> str:

@@ -8,9 +8,8 @@ drops groups, so the ratios describe everything that was scored::
     reward/verify_timeout_ratio  the part of those that were time-outs (verify_error starts with "time-out")
     reward/no_answer_ratio       fraction with no extractable answer (pred == "")
     reward/acc_mean              fraction answered correctly
-    overlong/truncated_ratio     fraction that used the whole rollout budget without EOS
-    overlong/penalized_ratio     fraction with a soft overlong penalty < 0
-    overlong/reward_mean         mean soft overlong penalty (<= 0)
+
+(``overlong/*`` come from the same columns through ``recipe_dapo.overlong.overlong_metrics``.)
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-REWARD_EXTRA_KEYS = ("score", "acc", "pred", "overlong_reward", "overlong", "response_length", "verify_error")
+REWARD_EXTRA_KEYS = ("score", "acc", "pred", "overlong_reward", "truncated", "response_length", "verify_error")
 """The per-sample ``reward_extra_info`` keys of the ``recipe_dapo`` manager (the same keys for every sample)."""
 
 
@@ -35,10 +34,4 @@ def reward_metrics(columns: Mapping[str, Any]) -> dict[str, float]:
         metrics["reward/no_answer_ratio"] = float(np.mean([str(p) == "" for p in columns["pred"]]))
     if "acc" in columns and len(columns["acc"]):
         metrics["reward/acc_mean"] = float(np.mean(np.asarray(columns["acc"], dtype=np.float64)))
-    if "overlong" in columns and len(columns["overlong"]):
-        metrics["overlong/truncated_ratio"] = float(np.mean(np.asarray(columns["overlong"], dtype=np.float64)))
-    if "overlong_reward" in columns and len(columns["overlong_reward"]):
-        penalties = np.asarray(columns["overlong_reward"], dtype=np.float64)
-        metrics["overlong/penalized_ratio"] = float(np.mean(penalties < 0))
-        metrics["overlong/reward_mean"] = float(penalties.mean())
     return metrics

@@ -8,6 +8,7 @@ Keys (all optional; the first five have the meaning they have for verl's own ``d
           enable: false           # soft overlong punishment (paper eq. 13) on/off
           len: 4096               # L_cache, the punishment buffer at the end of the length budget
           penalty_factor: 1.0     # scale of the penalty (1.0 in the paper)
+          shape: soft             # the registered length shaping (recipe_dapo.overlong.shaping; soft: eq. 13)
           log: false              # accepted for compatibility; overlong keys are always reported
         max_resp_len: null        # L_max; null means data.max_response_length
         verify_timeout_s: 2.0     # limit of one symbolic (math-verify) check
@@ -22,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe_dapo.overlong import check_overlong_buffer
+from recipe_dapo.overlong.shaping import check_overlong_buffer, get_shaping
 from recipe_dapo.reward.verifier import DEFAULT_TIMEOUT_S
 
 _KWARGS = "reward.reward_kwargs"
@@ -38,6 +39,8 @@ class RewardSettings:
     """L_cache in tokens (only meaningful when ``overlong_enable``)."""
     overlong_penalty_factor: float = 1.0
     """Multiplier of the penalty."""
+    overlong_shape: str = "soft"
+    """The registered length shaping (``recipe_dapo.overlong.shaping``): ``soft`` is the paper's eq. 13."""
     max_resp_len: int = 0
     """L_max in tokens, the end of the punishment buffer."""
     rollout_budget: int = 0
@@ -67,7 +70,9 @@ class RewardSettings:
         enable = bool(buffer.get("enable", False))
         buffer_len = buffer.get("len", 0) if enable else 0
         penalty_factor = float(buffer.get("penalty_factor", 1.0))
+        shape = str(buffer.get("shape", "soft"))
         if enable:
+            get_shaping(shape)  # an unknown name is refused with the registered ones
             if not isinstance(buffer_len, int) or isinstance(buffer_len, bool):
                 raise ValueError(f"{_KWARGS}.overlong_buffer_cfg.len must be an integer, got {buffer_len!r}")
             check_overlong_buffer(max_resp_len, buffer_len)
@@ -92,6 +97,7 @@ class RewardSettings:
             overlong_enable=enable,
             overlong_buffer_len=buffer_len,
             overlong_penalty_factor=penalty_factor,
+            overlong_shape=shape,
             max_resp_len=max_resp_len,
             rollout_budget=rollout_budget,
             verify_timeout_s=verify_timeout_s,
