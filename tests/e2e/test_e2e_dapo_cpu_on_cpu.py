@@ -132,9 +132,9 @@ def test_training_changed_the_policy_weights(trained_run, default_assets):
 def test_resumed_run_trains_on_the_same_prompts_as_an_uninterrupted_run(tmp_path, default_assets):
     """Kill after step 2, resume, and step 3 trains on exactly the prompts the uninterrupted run trained on.
 
-    Filtering is off here so that the prompts of a step do not depend on sampled responses (vLLM's sampling
-    stream differs after a restart); what is checked is the restored prompt stream, dataloader position and
-    sampler state. The sampler's own state round-trip with pooled groups is tested in test_dynamic_sampling.
+    Filtering is off here so that the prompts of a step depend only on the restored prompt stream, dataloader
+    position and sampler state (the sampler's own state round-trip with pooled groups is tested in
+    test_dynamic_sampling and test_trainer); with seeded rollouts the resumed step's metrics match too.
     """
     common = (
         "algorithm.filter_groups.enable=false",
@@ -154,3 +154,8 @@ def test_resumed_run_trains_on_the_same_prompts_as_an_uninterrupted_run(tmp_path
     assert dumped_inputs(interrupted, 3) == dumped_inputs(uninterrupted, 3)
     # And the run really resumed rather than starting over: step 3 differs from step 1.
     assert dumped_inputs(interrupted, 3) != dumped_inputs(uninterrupted, 1)
+    # Seeded rollouts (on with platform=cpu): the resumed step samples the very responses the uninterrupted run
+    # sampled from the restored weights, and trains to the same loss.
+    resumed, whole = logged_steps(interrupted)[3], logged_steps(uninterrupted)[3]
+    for key in ("response_length/mean", "critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
+        assert resumed[key] == pytest.approx(whole[key], rel=1e-5, abs=1e-7), key
