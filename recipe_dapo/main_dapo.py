@@ -1,6 +1,7 @@
 """Entry point: ``python -m recipe_dapo.main_dapo [hydra overrides]``.
 
-Hydra composes ``config/dapo_trainer.yaml`` (verl's ``ppo_trainer`` + DAPO defaults); the recipe checks the
+Hydra composes ``config/dapo_trainer.yaml`` (verl's ``ppo_trainer`` + DAPO defaults + the ``size=``, ``ablation=``,
+``sampling=`` and ``platform=`` groups); the recipe checks the
 configuration before any worker starts; verl's ``run_ppo`` starts Ray and runs :class:`DAPOTaskRunner`,
 which builds verl's workers and datasets exactly as verl's own task runner does and trains with
 :class:`recipe_dapo.trainer.RayDAPOTrainer`.
