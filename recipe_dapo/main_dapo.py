@@ -1,7 +1,7 @@
 """Entry point: ``python -m recipe_dapo.main_dapo [hydra overrides]``.
 
-Hydra composes ``config/dapo_trainer.yaml`` (verl's ``ppo_trainer`` + DAPO defaults); the recipe checks the
-configuration (``preflight``: the same rules as ``DRY_RUN=1``) before Ray, vLLM or a worker starts, and refuses a
+Hydra composes ``config/dapo_trainer.yaml`` (verl's ``ppo_trainer`` + DAPO defaults + the ``size=``, ``ablation=``,
+``sampling=`` and ``platform=`` groups); the recipe checks the configuration (``preflight``: the same rules as ``DRY_RUN=1``) before Ray, vLLM or a worker starts, and refuses a
 bad one with every problem listed and exit status 1; then verl's ``run_ppo`` starts Ray and runs
 :class:`recipe_dapo.task_runner.DAPOTaskRunner`, which trains with :class:`recipe_dapo.trainer.RayDAPOTrainer`.
 """

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from omegaconf import MISSING  # a value the size / ablation group must set
+
 from recipe_dapo.dynamic_sampling.config import DynamicSamplingSettings
 
 
@@ -33,6 +35,26 @@ class PreflightSettings:
 
 
 @dataclass
+class PathsSettings:
+    """``dapo.paths``: where the data and models are; the sizes and ``data.train_files`` build their paths from them."""
+
+    data_dir: str = "data"
+    """Folder of the prepared parquet files (``bash scripts/prepare_data.sh DIR``; the launcher passes ``$DATA_DIR``).
+    Relative to the working directory."""
+    models_dir: str = "models"
+    """Folder of the Hugging Face model folders (the launcher passes ``$MODELS_DIR``)."""
+
+
+@dataclass
+class NameSettings:
+    """``dapo.name``: the two parts of ``trainer.experiment_name`` (``<ablation>-<size>``); each size and ablation
+    group sets its own."""
+
+    size: str = MISSING
+    ablation: str = MISSING
+
+
+@dataclass
 class DapoSettings:
     """The ``dapo:`` section of the run config."""
 
@@ -44,3 +66,5 @@ class DapoSettings:
     dynamic_sampling: DynamicSamplingSettings = field(default_factory=DynamicSamplingSettings)
     """Dynamic sampling beyond the paper; verl's ``algorithm.filter_groups`` holds enable / metric / budget."""
     preflight: PreflightSettings = field(default_factory=PreflightSettings)
+    paths: PathsSettings = field(default_factory=PathsSettings)
+    name: NameSettings = field(default_factory=NameSettings)

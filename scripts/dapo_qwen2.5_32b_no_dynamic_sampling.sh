@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Ablation of the paper's 32B run: DAPO without dynamic sampling (Table 1: 42 instead of 50 on AIME 2024).
 #
-# Assumes:   as scripts/dapo_qwen2.5_32b.sh: 16 nodes x 8 GPUs (80 GB), Qwen2.5-32B at MODEL_PATH, DAPO-Math-17k and
+# Assumes:   as scripts/dapo_qwen2.5_32b.sh: 16 nodes x 8 GPUs (80 GB), Qwen2.5-32B in MODELS_DIR, DAPO-Math-17k and
 #            AIME 2024 in DATA_DIR. Same settings except algorithm.filter_groups.enable=false: every group is
-#            trained on, one round of 512 prompts per step (overlay no_dynamic_sampling).
+#            trained on, one round of 512 prompts per step (ablation=no_dynamic_sampling).
 # Launch:    bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b_no_dynamic_sampling.sh
-# Override:  NNODES=8 SP_SIZE=8 bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b_no_dynamic_sampling.sh trainer.test_freq=10
+# Override:  NNODES=8 bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b_no_dynamic_sampling.sh trainer.test_freq=10
 # Check:     DRY_RUN=1 bash scripts/dapo_qwen2.5_32b_no_dynamic_sampling.sh
-exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" --overlay paper_sampling --overlay no_dynamic_sampling "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=paper_32b ablation=no_dynamic_sampling sampling=paper "$@"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The paper's baseline: naive GRPO on Qwen2.5-32B (Table 1: 30 on AIME 2024).
 #
-# Assumes:   as scripts/dapo_qwen2.5_32b.sh: 16 nodes x 8 GPUs (80 GB), Qwen2.5-32B at MODEL_PATH, DAPO-Math-17k and
+# Assumes:   as scripts/dapo_qwen2.5_32b.sh: 16 nodes x 8 GPUs (80 GB), Qwen2.5-32B in MODELS_DIR, DAPO-Math-17k and
 #            AIME 2024 in DATA_DIR. Same sizes and optimiser; symmetric clip 0.2/0.2, sample-level loss
-#            (seq-mean-token-mean), no overlong shaping or filtering, no dynamic sampling, no KL (overlay grpo_baseline).
-#            Table 1's intermediate rows add one technique back each: see docs/launching.md.
+#            (seq-mean-token-mean), no overlong shaping or filtering, no dynamic sampling, no KL (ablation=grpo_baseline).
+#            Table 1's other rows are ablation=table1_* choices: see docs/launching.md.
 # Launch:    bash scripts/ray_job_submit.sh scripts/grpo_qwen2.5_32b_baseline.sh
-# Override:  USE_KL_LOSS=true KL_LOSS_COEF=0.001 bash scripts/ray_job_submit.sh scripts/grpo_qwen2.5_32b_baseline.sh
+# Override:  bash scripts/ray_job_submit.sh scripts/grpo_qwen2.5_32b_baseline.sh \
+#              actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_coef=0.001
 # Check:     DRY_RUN=1 bash scripts/grpo_qwen2.5_32b_baseline.sh
-exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" --overlay grpo_baseline "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=paper_32b ablation=grpo_baseline "$@"

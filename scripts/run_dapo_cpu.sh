@@ -36,22 +36,10 @@ else
 fi
 
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false RAY_DEDUP_LOGS=0
-exec "$PYTHON" -m "$ENTRY" platform=cpu \
+# size=cpu_tiny holds the run's sizes (recipe_dapo/config/size/cpu_tiny.yaml); platform=cpu what the machine needs.
+exec "$PYTHON" -m "$ENTRY" platform=cpu size=cpu_tiny \
   data.train_files="$TRAIN_FILE" data.val_files="$VAL_FILE" \
   actor_rollout_ref.model.path="$MODEL_PATH" \
-  data.max_prompt_length=128 data.max_response_length=32 \
-  data.train_batch_size=4 data.gen_batch_size=8 data.val_batch_size=16 \
-  actor_rollout_ref.rollout.n=8 \
-  actor_rollout_ref.actor.ppo_mini_batch_size=2 \
-  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 \
-  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 \
-  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16 \
-  actor_rollout_ref.actor.optim.lr=5e-5 \
-  actor_rollout_ref.rollout.val_kwargs.n=4 actor_rollout_ref.rollout.val_kwargs.do_sample=true \
-  actor_rollout_ref.rollout.val_kwargs.temperature=1.0 \
-  reward.reward_kwargs.overlong_buffer_cfg.len=8 \
-  algorithm.filter_groups.max_num_gen_batches=6 \
-  trainer.total_training_steps=4 trainer.test_freq=4 trainer.val_before_train=false \
-  trainer.save_freq=-1 trainer.default_local_dir="$WORK_DIR/checkpoints" \
+  trainer.default_local_dir="$WORK_DIR/checkpoints" \
   trainer.experiment_name=dapo_cpu \
   "$@"

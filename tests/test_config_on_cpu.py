@@ -1,13 +1,19 @@
-"""The recipe's Hydra config composes verl's real ppo_trainer, and start-up checks refuse bad settings by key."""
+"""The recipe's Hydra config composes verl's real ppo_trainer, its groups (size, ablation, sampling) compose in every
+combination and mean what they say, and start-up checks refuse bad settings by key."""
 
 from __future__ import annotations
 
-import pytest
+import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 from omegaconf import OmegaConf
 
+import recipe_dapo.config
 from recipe_dapo.preflight import DAPOConfigError, check_config
-from conftest import compose_recipe_config, ray_runtime_env_as_verl_builds_it
+from conftest import REPO_ROOT, compose_recipe_config, ray_runtime_env_as_verl_builds_it
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +160,204 @@ def test_the_dapo_sections_defaults_are_the_dataclass_defaults_and_nowhere_else(
 
     from recipe_dapo.settings import DapoSettings
 
-    assert OmegaConf.to_container(compose_recipe_config([]).dapo) == asdict(DapoSettings())
+    composed, defaults = OmegaConf.to_container(compose_recipe_config([]).dapo), asdict(DapoSettings())
+    for section in ("seeded_rollouts", "overlong_filter", "dynamic_sampling", "preflight", "paths"):
+        assert composed[section] == defaults[section], section  # dapo.name is the size's and the ablation's
     yaml_text = (Path(__file__).resolve().parents[1] / "recipe_dapo" / "config" / "dapo_trainer.yaml").read_text()
     assert "max_staleness:" not in yaml_text and "round_sizing:" not in yaml_text  # no second default
+
+
+# ---------------------------------------------------------------------------------------------- config groups
+
+CONFIG_DIR = Path(recipe_dapo.config.__file__).parent
+SIZES = sorted(path.stem for path in (CONFIG_DIR / "size").glob("*.yaml"))
+ABLATIONS = sorted(path.stem for path in (CONFIG_DIR / "ablation").glob("*.yaml"))
+SAMPLINGS = sorted(path.stem for path in (CONFIG_DIR / "sampling").glob("*.yaml"))
+
+# The switch of each DAPO technique, and its value when the technique is on (when off: the other value).
+TECHNIQUES = {
+    "overlong_filtering": ("dapo.overlong_filter.enable", True, False),
+    "clip_higher": ("actor_rollout_ref.actor.clip_ratio_high", 0.28, 0.2),
+    "soft_overlong": ("reward.reward_kwargs.overlong_buffer_cfg.enable", True, False),
+    "token_level_loss": ("actor_rollout_ref.actor.loss_agg_mode", "token-mean", "seq-mean-token-mean"),
+    "dynamic_sampling": ("algorithm.filter_groups.enable", True, False),
+}
+# Table 1 of the paper: each row adds one technique to the row above (AIME 2024 avg@32). Soft overlong punishment
+# takes the place of overlong filtering, as in the authors' reference recipe and in full DAPO (see
+# ablation/table1_soft_overlong.yaml).
+TABLE1 = [
+    ("grpo_baseline", 30, set()),
+    ("table1_overlong_filtering", 36, {"overlong_filtering"}),
+    ("table1_clip_higher", 38, {"overlong_filtering", "clip_higher"}),
+    ("table1_soft_overlong", 41, {"clip_higher", "soft_overlong"}),
+    ("table1_token_level_loss", 42, {"clip_higher", "soft_overlong", "token_level_loss"}),
+    ("none", 50, {"clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling"}),
+]
+# An ablation's name and what follows it (verl's checkpoint folder and rollout trace name follow the experiment name).
+NAME_KEYS = {"dapo.name.ablation", "trainer.experiment_name", "trainer.default_local_dir",
+             "actor_rollout_ref.rollout.trace.experiment_name"}
+# The data files each size reads, relative to dapo.paths.data_dir.
+DATA_FILES = ("dapo-math-17k.parquet", "aime-2024.parquet", "math500.parquet", "train.parquet", "val.parquet")
+
+
+@pytest.fixture(scope="module")
+def group_data_dir(tmp_path_factory):
+    """Every file a size names, as small valid verl RL parquets (the start-up check reads them row by row)."""
+    import pandas as pd
+
+    from recipe_dapo.default_assets import synthetic_rows
+
+    out = tmp_path_factory.mktemp("group_data")
+    for name in DATA_FILES:
+        pd.DataFrame(synthetic_rows(4, name, seed=0)).to_parquet(out / name)
+    return out
+
+
+def flat(config) -> dict:
+    """Resolved config as {dotted.key: value} (lists kept whole)."""
+    out = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict) and value:
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = value
+
+    walk(OmegaConf.to_container(config, resolve=True), "")
+    return out
+
+
+def techniques_on(config) -> set[str]:
+    state = set()
+    for name, (key, on, off) in TECHNIQUES.items():
+        value = OmegaConf.select(config, key)
+        assert value in (on, off), f"{key}={value!r} is neither the technique's on ({on!r}) nor off ({off!r}) value"
+        if value == on:
+            state.add(name)
+    return state
+
+
+def test_groups_hold_the_expected_choices():
+    assert SIZES == ["cpu_tiny", "paper_32b", "qwen2.5_1.5b_one_node", "qwen2.5_7b_math", "small_one_gpu"]
+    assert set(ABLATIONS) == {row[0] for row in TABLE1} | {"no_dynamic_sampling", "no_token_level_loss"}
+    assert SAMPLINGS == ["paper", "recipe"]
+
+
+# Every size x ablation pair; the sampling group touches only dapo.dynamic_sampling, so its other choice goes with
+# every size and the two ablations that differ in dynamic sampling.
+GROUP_CHOICES = [(size, ablation, "recipe") for size in SIZES for ablation in ABLATIONS] + [
+    (size, ablation, sampling) for size in SIZES for ablation in ("none", "grpo_baseline") for sampling in SAMPLINGS
+    if sampling != "recipe"
+]
+
+
+@pytest.mark.parametrize(("size", "ablation", "sampling"), GROUP_CHOICES)
+def test_every_size_ablation_and_sampling_composes_and_passes_the_start_up_checks(size, ablation, sampling, group_data_dir):
+    config = compose_recipe_config([f"size={size}", f"ablation={ablation}", f"sampling={sampling}",
+                                    f"dapo.paths.data_dir={group_data_dir}"])
+    values = flat(config)  # every interpolation resolves
+    check_config(config)  # the data files the size names exist under dapo.paths.data_dir and are valid
+    assert values["trainer.experiment_name"] == f"{values['dapo.name.ablation']}-{values['dapo.name.size']}"
+    assert values["data.gen_batch_size"] >= values["data.train_batch_size"]
+
+
+def test_table1_ladder_adds_one_technique_per_row_and_changes_nothing_else():
+    rows = [(name, compose_recipe_config([f"ablation={name}"])) for name, _, _ in TABLE1]
+    for (name, config), (_, _, expected) in zip(rows, TABLE1):
+        assert techniques_on(config) == expected, name
+    # verl's (unused) critic section follows the actor's loss_agg_mode.
+    switches = {key for key, _, _ in TECHNIQUES.values()} | NAME_KEYS | {"critic.loss_agg_mode"}
+    for (above, config_above), (name, config) in zip(rows, rows[1:]):
+        before, after = flat(config_above), flat(config)
+        changed = {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
+        assert changed - switches == set(), (above, name)
+
+
+def test_readme_lists_table1_as_ablation_choices_with_the_papers_scores():
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = re.search(r"### Reproducing the paper's ablations \(Table 1\).*?```bash\n(.*?)```", readme, re.S).group(1)
+    listed = re.findall(r"ablation=(\w+)\s.*\[(\d+)\]", block)
+    assert [(name, int(score)) for name, score in listed] == [(name, score) for name, score, _ in TABLE1]
+
+
+def test_leave_one_out_ablations_switch_off_exactly_their_technique():
+    dapo = techniques_on(compose_recipe_config([]))
+    assert dapo == TABLE1[-1][2]
+    assert techniques_on(compose_recipe_config(["ablation=no_dynamic_sampling"])) == dapo - {"dynamic_sampling"}
+    assert techniques_on(compose_recipe_config(["ablation=no_token_level_loss"])) == dapo - {"token_level_loss"}
+
+
+def test_table1_rows_equal_the_leave_one_out_ablations_they_coincide_with():
+    def without_name(overrides):
+        return {k: v for k, v in flat(compose_recipe_config(overrides)).items() if k not in NAME_KEYS}
+
+    assert without_name(["ablation=table1_token_level_loss"]) == without_name(["ablation=no_dynamic_sampling"])
+    assert without_name(["ablation=table1_soft_overlong"]) == without_name(
+        ["ablation=[no_token_level_loss,no_dynamic_sampling]"]
+    )
+
+
+def test_paper_sampling_generates_whole_rounds_discards_surplus_and_stops_when_the_budget_is_spent():
+    recipe = compose_recipe_config([]).dapo.dynamic_sampling
+    paper = compose_recipe_config(["sampling=paper"]).dapo.dynamic_sampling
+    assert (paper.round_sizing, paper.max_staleness, paper.on_exhausted) == ("whole", 0, "raise")
+    assert (recipe.round_sizing, recipe.max_staleness, recipe.on_exhausted) == ("deficit", 1, "train_partial")
+
+
+def test_derived_values_follow_the_keys_they_come_from():
+    values = flat(compose_recipe_config(["size=qwen2.5_7b_math", "data.train_batch_size=64", "data.max_response_length=8192"]))
+    assert values["data.gen_batch_size"] == 3 * 64
+    assert values["actor_rollout_ref.rollout.max_num_batched_tokens"] == 1024 + 8192
+    assert values["reward.reward_kwargs.max_resp_len"] == 8192
+    # The paper's run: one token budget of prompt + response = 22,528 everywhere; offload on for actor, optimiser, ref.
+    paper = flat(compose_recipe_config([]))
+    for key in ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "actor_rollout_ref.rollout.max_num_batched_tokens"):
+        assert paper[key] == 2048 + 20480, key
+    offload = [flat(compose_recipe_config(["actor_rollout_ref.actor.fsdp_config.param_offload=false"]))[key] for key in (
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload", "actor_rollout_ref.ref.fsdp_config.param_offload")]
+    assert offload == [False, False] and paper["actor_rollout_ref.ref.fsdp_config.param_offload"] is True
+
+
+def test_platform_cpu_wins_over_the_size_where_the_machine_requires_it():
+    config = compose_recipe_config(["platform=cpu"])  # default size: the paper's 16 x 8 GPUs, vLLM TP 4
+    assert (config.trainer.nnodes, config.trainer.n_gpus_per_node) == (1, 1)
+    assert config.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+
+
+def test_an_unknown_group_choice_lists_the_available_ones():
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException, match=r"(?s)Could not find 'size/qwen_7b'.*qwen2.5_7b_math"):
+        compose_recipe_config(["size=qwen_7b"])
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # 2,048 prompt + 20,480 response tokens (the paper's L_max): the token budget of one sequence.
+        ("${recipe_dapo.sum:2048,20480}", 22528),
+        # 3 x 512 prompts: the paper's generation round.
+        ("${recipe_dapo.mul:3,512}", 1536),
+        ("${recipe_dapo.sum:1,2,3}", 6),
+    ],
+)
+def test_recipe_resolvers_compute_sums_and_products(expression, expected):
+    assert OmegaConf.create({"value": expression}).value == expected
+
+
+def test_recipe_resolver_refuses_a_non_number_naming_what_to_fix():
+    config = OmegaConf.create({"data": {"train_batch_size": "many"}, "gen": "${recipe_dapo.mul:3,${data.train_batch_size}}"})
+    with pytest.raises(Exception, match=r"recipe_dapo.mul.*takes numbers.*'many'"):
+        config.gen
+
+
+@pytest.mark.parametrize("first", ["recipe_dapo", "omegaconf"])
+def test_resolvers_exist_in_any_process_that_imports_the_recipe_whatever_it_imports_first(first):
+    # A Ray worker that runs the task runner imports recipe_dapo.main_dapo and resolves the config there.
+    second = "omegaconf" if first == "recipe_dapo" else "recipe_dapo"
+    code = (f"import {first}, {second}; from omegaconf import OmegaConf; "
+            "print(OmegaConf.create({'v': '${recipe_dapo.sum:1,2}'}).v)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert result.returncode == 0 and result.stdout.strip() == "3", result.stderr

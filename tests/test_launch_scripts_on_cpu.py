@@ -66,7 +66,8 @@ PAPER_32B = {
     "actor_rollout_ref.rollout.n": 16,
     "actor_rollout_ref.actor.ppo_mini_batch_size": 32,
     "actor_rollout_ref.actor.optim.lr": 1e-6,
-    "actor_rollout_ref.actor.optim.lr_warmup_steps": 10,
+    # "a linear warm-up over 20 rollout steps" (the reference recipe's script uses 10)
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": 20,
     "actor_rollout_ref.actor.optim.weight_decay": 0.1,
     "actor_rollout_ref.actor.optim.clip_grad": 1.0,
     "actor_rollout_ref.actor.clip_ratio_low": 0.2,
@@ -160,11 +161,24 @@ def launch_env(tmp_path_factory, data_dir) -> dict[str, str]:
     return env
 
 
-def launcher_variables() -> set[str]:
-    """The variables scripts/launch_dapo.sh reads (its LAUNCH_VARS list)."""
+# The variables scripts/launch_dapo.sh reads: paths, cluster, launch mode.
+LAUNCHER_VARIABLES = {
+    "DAPO_HOME", "DATA_DIR", "MODELS_DIR", "MODEL_PATH", "TRAIN_FILE", "VAL_FILES", "VAL_FILE", "CKPTS_DIR", "PYTHON",
+    "NNODES", "GPUS_PER_NODE", "LAUNCH_MODE", "DRY_RUN", "PRINT_OVERRIDES", "RAY_ADDRESS", "RUNTIME_ENV", "WORKING_DIR",
+    "JOB_PYTHON", "SUBMIT_NO_WAIT", "RAY",
+}
+
+
+def removed_variables() -> dict[str, str]:
+    """The former launcher's setting variables the launcher refuses, with the Hydra key it names (REMOVED_VARS)."""
     text = (SCRIPTS / "launch_dapo.sh").read_text()
-    block = text[text.index("LAUNCH_VARS=(") + len("LAUNCH_VARS=(") :]
-    return set(block[: block.index(")")].split())
+    block = text[text.index("REMOVED_VARS=(") + len("REMOVED_VARS=(") :]
+    return dict(entry.split("=", 1) for entry in block[: block.index(")")].split())
+
+
+def launcher_variables() -> set[str]:
+    """Every variable that changes what the launcher does (those it reads and those it refuses)."""
+    return LAUNCHER_VARIABLES | set(removed_variables())
 
 
 CPU_RUN_VARIABLES = {"MODEL_PATH", "TRAIN_FILE", "VAL_FILE", "TOKENIZER_PATH", "WORK_DIR", "DRY_RUN"}
@@ -264,20 +278,38 @@ def test_small_scripts_fit_their_cluster(composed):
         assert data.max_prompt_length + data.max_response_length <= 4096, script
 
 
-def test_environment_beats_overlays_and_command_line_beats_environment(launch_env):
-    overrides = overrides_of("dapo_small_one_gpu.sh", launch_env, "data.train_batch_size=48", TRAIN_BATCH_SIZE="64")
+def test_paths_and_cluster_from_the_environment_beat_the_size_and_the_command_line_beats_both(launch_env):
+    overrides = overrides_of(
+        "dapo_small_one_gpu.sh", launch_env, "data.train_batch_size=48", "trainer.n_gpus_per_node=2",
+        NNODES="3", GPUS_PER_NODE="4", MODEL_PATH="/models/mine",
+    )
     config = compose(overrides)
-    # The overlay says 32; the environment's 64 also sets the generation batch (3 x 64); the command line wins.
-    assert config.data.train_batch_size == 48
-    assert config.data.gen_batch_size == 192
+    assert (config.trainer.nnodes, config.trainer.n_gpus_per_node) == (3, 2)
+    assert config.actor_rollout_ref.model.path == "/models/mine"
+    # The size says 32 prompts; the command line's 48 also sets the generation round (3 x 48).
+    assert config.data.train_batch_size == 48 and config.data.gen_batch_size == 144
+    # The size's data files are found in DATA_DIR; checkpoints go to $DAPO_HOME/ckpts/<project>/<experiment>.
+    assert config.data.val_files == [str(Path(launch_env["DATA_DIR"]) / "math500.parquet")]
+    assert config.trainer.default_local_dir == str(
+        Path(launch_env["DAPO_HOME"]) / "ckpts" / "recipe_dapo" / "dapo-qwen2.5-0.5b-instruct"
+    )
 
 
-def test_overlay_with_an_unknown_variable_is_refused(launch_env, tmp_path):
-    overlay = tmp_path / "typo.env"
-    overlay.write_text("TRAIN_BATCHSIZE=64\n")
-    command = ["bash", str(SCRIPTS / "launch_dapo.sh"), "--overlay", str(overlay)]
-    result = subprocess.run(command, env=launch_env, capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0 and "TRAIN_BATCHSIZE" in result.stderr
+@pytest.mark.parametrize(("variable", "value"), [("TRAIN_BATCH_SIZE", "64"), ("OVERLONG_BUFFER_LEN", "512")])
+def test_a_former_setting_variable_stops_the_launch_naming_the_hydra_key(launch_env, variable, value):
+    Path(launch_env["CAPTURE"]).unlink(missing_ok=True)
+    result = subprocess.run(
+        ["bash", str(SCRIPTS / "dapo_small_one_gpu.sh")], env={**launch_env, variable: value},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode != 0 and not Path(launch_env["CAPTURE"]).exists()
+    assert f"pass {removed_variables()[variable]}={value} on the command line" in result.stderr
+
+
+def test_an_overlay_option_stops_the_launch_naming_the_groups(launch_env):
+    result = subprocess.run(["bash", str(SCRIPTS / "launch_dapo.sh"), "--overlay", "qwen2.5_7b_math"],
+                            env=launch_env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "size=qwen2.5_7b_math" in result.stderr
 
 
 def test_ray_submit_sends_the_same_overrides_with_the_runtime_env(launch_env, tmp_path):

@@ -44,7 +44,10 @@ def run_fresh(code: str, **env) -> str:
 
 
 MODULES_AFTER_IMPORT_VERL = "import sys, verl\nprint(' '.join(sorted(sys.modules)))\n"
-LIGHT = {"recipe_dapo", "recipe_dapo.plugin", "recipe_dapo.import_hooks", "recipe_dapo.cpu", "recipe_dapo.cpu.detect"}
+LIGHT = {
+    "recipe_dapo", "recipe_dapo.plugin", "recipe_dapo.import_hooks", "recipe_dapo.config_resolvers", "recipe_dapo.cpu",
+    "recipe_dapo.cpu.detect",
+}
 
 
 @pytest.mark.parametrize(

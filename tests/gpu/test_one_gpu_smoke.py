@@ -5,7 +5,7 @@ installed (vLLM, verl 0.9.1, ray; see scripts/wheelhouse.sh for air-gapped nodes
 
     python -m pytest tests/gpu -q
 
-It runs ``scripts/dapo_small_one_gpu.sh`` (the ``small_one_gpu`` overlay) on the default run's tiny model and
+It runs ``scripts/dapo_small_one_gpu.sh`` (``size=small_one_gpu``) on the default run's tiny model and
 synthetic data, shrunk to seconds per step, with verl's sleep mode on (``free_cache_engine``), so the rollout
 replicas sleep while the actor trains and must be woken with current weights for every round. Rounds are sized
 to exactly the missing groups (keep-rate prior 1, no margin), so any filtered group forces a second round in
@@ -32,6 +32,24 @@ pytestmark = [
 ]
 
 STEPS = 3
+# The one-GPU size shrunk to seconds per step (Hydra overrides, after the script's size=small_one_gpu).
+SMOKE_OVERRIDES = [
+    "data.train_batch_size=8",
+    "data.gen_batch_size=16",
+    "actor_rollout_ref.rollout.n=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "data.max_prompt_length=128",
+    "data.max_response_length=32",
+    "reward.reward_kwargs.overlong_buffer_cfg.len=8",
+    "algorithm.filter_groups.max_num_gen_batches=8",
+    f"trainer.total_training_steps={STEPS}",
+    f"trainer.test_freq={STEPS}",
+    "trainer.save_freq=-1",
+    "trainer.val_before_train=false",
+    "actor_rollout_ref.rollout.val_kwargs.n=2",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps=10",  # as written (the config's default is the paper's 20)
+]
 
 
 def test_three_steps_with_sleep_mode_and_a_multi_round_step_train_every_step(tmp_path, default_assets):
@@ -43,27 +61,13 @@ def test_three_steps_with_sleep_mode_and_a_multi_round_step_train_every_step(tmp
         VAL_FILES=default_assets["val_file"],
         CKPTS_DIR=str(tmp_path / "ckpts"),
         VERL_FILE_LOGGER_PATH=str(tmp_path / "metrics.jsonl"),
-        TRAIN_BATCH_SIZE="8",
-        GEN_BATCH_SIZE="16",
-        N_RESP_PER_PROMPT="8",
-        MINI_BATCH_SIZE="4",
-        MAX_PROMPT_LENGTH="128",
-        MAX_RESPONSE_LENGTH="32",
-        OVERLONG_BUFFER_LEN="8",
-        MAX_NUM_GEN_BATCHES="8",
-        TOTAL_TRAINING_STEPS=str(STEPS),
-        TEST_FREQ=str(STEPS),
-        SAVE_FREQ="-1",
-        VAL_BEFORE_TRAIN="false",
-        VAL_N="2",
-        GPU_MEMORY_UTILIZATION="0.3",
-        LOGGER='["console","file"]',
     )
     env.pop("VERL_PLATFORM", None)
     result = subprocess.run(
         [
             "bash",
             str(REPO_ROOT / "scripts" / "dapo_small_one_gpu.sh"),
+            *SMOKE_OVERRIDES,
             "actor_rollout_ref.rollout.free_cache_engine=true",
             "dapo.dynamic_sampling.keep_rate_prior=1.0",
             "dapo.dynamic_sampling.safety_margin=0.0",

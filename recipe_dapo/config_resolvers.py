@@ -1,0 +1,76 @@
+"""OmegaConf resolvers the recipe's config uses: arithmetic for derived values (OmegaConf has none), and the
+folder of verl's own configs.
+
+    ${recipe_dapo.sum:${data.max_prompt_length},${data.max_response_length}}   # prompt + response tokens
+    ${recipe_dapo.mul:3,${data.train_batch_size}}                              # 3 x the training batch
+
+So ``data.train_batch_size=64`` on the command line also makes the generation round 192 prompts, and a longer
+``data.max_response_length`` raises the token budgets that follow it.
+
+``${recipe_dapo_verl_config_dir:}`` is the folder of verl's trainer configs in the installed verl package, found
+without importing verl: ``dapo_trainer.yaml``'s search path uses it, since a ``pkg://verl.trainer.config`` search
+path would import verl (and torch, and the plugins) just to read YAML, and every configuration mistake took tens
+of seconds to report.
+
+Any process that resolves the config must have imported this module. ``recipe_dapo/__init__.py`` imports it as
+soon as omegaconf is imported (a post-import hook), so any process that imports the recipe has the resolvers: the
+driver and the dry run, the Ray worker where the task runner resolves the config, verl's processes through the
+plugin. It needs only omegaconf (``recipe_dapo.config``, which Hydra imports, also registers the ``dapo:`` schema).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from numbers import Number
+
+from omegaconf import OmegaConf
+
+VERL_CONFIG_RESOLVER = "recipe_dapo_verl_config_dir"
+
+
+def verl_config_dir() -> str:
+    """The folder of verl's trainer configs in the installed verl package (verl is not imported)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("verl is not installed in this Python environment; install the recipe with its extras")
+    folder = os.path.join(list(spec.submodule_search_locations)[0], "trainer", "config")
+    if not os.path.isfile(os.path.join(folder, "ppo_trainer.yaml")):
+        raise RuntimeError(f"verl's ppo_trainer.yaml is not in {folder}; is verl 0.9.1 installed?")
+    return folder
+
+
+def _numbers(name: str, values: tuple) -> tuple:
+    bad = [value for value in values if isinstance(value, bool) or not isinstance(value, Number)]
+    if bad or not values:
+        raise ValueError(
+            f"${{recipe_dapo.{name}:...}} takes numbers, got {list(values)!r}: the keys it refers to must hold "
+            "numbers (override them with a number, e.g. data.train_batch_size=64)"
+        )
+    return values
+
+
+def _sum(*values):
+    """The sum of the arguments: ``${recipe_dapo.sum:2048,20480}`` is 22528."""
+    return sum(_numbers("sum", values))
+
+
+def _mul(*values):
+    """The product of the arguments: ``${recipe_dapo.mul:3,512}`` is 1536."""
+    product = 1
+    for value in _numbers("mul", values):
+        product *= value
+    return product
+
+
+RESOLVERS = {"recipe_dapo.sum": _sum, "recipe_dapo.mul": _mul, VERL_CONFIG_RESOLVER: verl_config_dir}
+
+
+def register_resolvers() -> None:
+    """Register every resolver above once per process (a second call is a no-op)."""
+    for name, function in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, function)
+
+
+register_resolvers()
