@@ -37,6 +37,23 @@ def compose_recipe_config(overrides: list[str] = ()):
         return compose("dapo_trainer", overrides=list(overrides))
 
 
+def small_run(data_overrides, *extra) -> list[str]:
+    """Overrides of a valid small configuration (the default CPU run's sizes) on the given data, plus ``extra``."""
+    return [
+        *data_overrides,
+        "data.max_response_length=32",
+        "data.train_batch_size=4",
+        "data.gen_batch_size=8",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
+        "reward.reward_kwargs.overlong_buffer_cfg.len=8",
+        *extra,
+    ]
+
+
 def ray_runtime_env_as_verl_builds_it(config) -> dict:
     """The runtime env verl's run_ppo passes to ray.init: its defaults with ray_init.runtime_env on top."""
     from omegaconf import OmegaConf

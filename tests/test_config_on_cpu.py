@@ -13,29 +13,12 @@ from omegaconf import OmegaConf
 
 import recipe_dapo.config
 from recipe_dapo.preflight import DAPOConfigError, check_config
-from conftest import REPO_ROOT, compose_recipe_config, ray_runtime_env_as_verl_builds_it
+from conftest import REPO_ROOT, compose_recipe_config, ray_runtime_env_as_verl_builds_it, small_run
 
 
 @pytest.fixture(scope="module")
 def data_files(default_assets):
     return [f"data.train_files={default_assets['train_file']}", f"data.val_files={default_assets['val_file']}"]
-
-
-def small_run(data_files, *extra):
-    """A valid small configuration (the default run's sizes) plus `extra` overrides."""
-    return [
-        *data_files,
-        "data.max_response_length=32",
-        "data.train_batch_size=4",
-        "data.gen_batch_size=8",
-        "actor_rollout_ref.rollout.n=8",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
-        "reward.reward_kwargs.overlong_buffer_cfg.len=8",
-        *extra,
-    ]
 
 
 def test_config_composes_verl_ppo_trainer_with_dapo_defaults():

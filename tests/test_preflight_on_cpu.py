@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, compose_recipe_config
+from conftest import REPO_ROOT, compose_recipe_config, small_run
 
 
 @pytest.fixture(scope="module")
@@ -18,22 +18,6 @@ def data(tmp_path_factory):
 
     train, val = write_dataset(tmp_path_factory.mktemp("data"), num_train=16, num_val=4, seed=0)
     return [f"data.train_files={train}", f"data.val_files={val}"]
-
-
-def small(data, *extra):
-    return [
-        *data,
-        "data.max_response_length=32",
-        "data.train_batch_size=4",
-        "data.gen_batch_size=8",
-        "actor_rollout_ref.rollout.n=8",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
-        "reward.reward_kwargs.overlong_buffer_cfg.len=8",
-        *extra,
-    ]
 
 
 def refusal(overrides, **kwargs) -> str:
@@ -58,19 +42,19 @@ def refusal(overrides, **kwargs) -> str:
     ],
 )
 def test_each_mistake_is_refused_with_its_key_and_fix(data, override, expected):
-    message = refusal(small(data, override))
+    message = refusal(small_run(data, override))
     assert expected in message
 
 
 def test_metric_reward_is_accepted_like_the_sampler_accepts_it(data):
     from recipe_dapo.preflight import check_config
 
-    check_config(compose_recipe_config(small(data, "algorithm.filter_groups.metric=reward")))
+    check_config(compose_recipe_config(small_run(data, "algorithm.filter_groups.metric=reward")))
 
 
 def test_every_problem_of_the_recipes_rules_is_listed_once_in_one_refusal(data):
     message = refusal(
-        small(
+        small_run(
             data,
             "actor_rollout_ref.actor.clip_ratio_low=0.3",
             "actor_rollout_ref.actor.clip_ratio_high=0.1",
@@ -88,7 +72,7 @@ def test_every_problem_of_the_recipes_rules_is_listed_once_in_one_refusal(data):
 def test_a_dry_run_differs_from_a_start_up_only_in_absent_input_files(data):
     from recipe_dapo.preflight import check_config
 
-    overrides = small(data[1:], "data.train_files=/cluster/only/train.parquet")
+    overrides = small_run(data[1:], "data.train_files=/cluster/only/train.parquet")
     assert "does not exist" in refusal(overrides)
     report = check_config(compose_recipe_config(overrides), absent_inputs_ok=True, where="the dry run")
     assert any("/cluster/only/train.parquet" in item for item in report.not_checked)
@@ -109,7 +93,7 @@ except DAPOConfigError as error:
 
 def test_the_recipes_rules_refuse_before_verl_torch_or_ray_are_imported(data):
     result = subprocess.run(
-        [sys.executable, "-c", REFUSE_WITHOUT_VERL, *small(data, "actor_rollout_ref.actor.clip_ratio_high=0.1")],
+        [sys.executable, "-c", REFUSE_WITHOUT_VERL, *small_run(data, "actor_rollout_ref.actor.clip_ratio_high=0.1")],
         cwd=REPO_ROOT / "tests", capture_output=True, text=True, timeout=300,
     )
     assert result.stdout.strip().splitlines()[-1] == "REFUSED False False False", result.stdout + result.stderr
@@ -117,7 +101,7 @@ def test_the_recipes_rules_refuse_before_verl_torch_or_ray_are_imported(data):
 
 def test_the_entry_point_refuses_with_a_list_exit_status_1_and_no_traceback(data, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "recipe_dapo.main_dapo", *small(data, "actor_rollout_ref.actor.ppo_mini_batch_size=8")],
+        [sys.executable, "-m", "recipe_dapo.main_dapo", *small_run(data, "actor_rollout_ref.actor.ppo_mini_batch_size=8")],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
         env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
     )
