@@ -43,7 +43,12 @@ from verl.utils.skip.skip_manager import SkipManager
 from verl.utils.tracking import Tracking
 
 from recipe_dapo.dynamic_sampling import DATAPROTO_OPS, DynamicSampler, DynamicSamplingConfig, PromptStream, trajectory_metric
-from recipe_dapo.metrics import validation_problem_metrics, with_problem_uids
+from recipe_dapo.metrics import (
+    equal_samples_per_problem,
+    headline_metrics,
+    validation_problem_metrics,
+    with_problem_uids,
+)
 from recipe_dapo.overlong_filter import apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.reward.metrics import reward_metrics
@@ -324,9 +329,16 @@ class RayDAPOTrainer(RayPPOTrainer):
                 metrics.update(self._validate())
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
-        """verl's validation metrics plus what papers report per data source: mean@k, pass@k, maj@k."""
-        metric_dict = super()._val_metrics_update(data_sources, sample_uids, reward_extra_infos_dict, sample_turns)
-        metric_dict.update(validation_problem_metrics(data_sources, sample_uids, reward_extra_infos_dict))
+        """verl's validation metrics over every problem, plus what papers report per source: mean@k, pass@k, maj@k.
+
+        verl's metrics get k samples of every problem (``recipe_dapo.metrics`` says why); the headline
+        ``val-core/<source>/acc/mean@k`` is the per-problem mean over all samples of every problem.
+        """
+        equal = equal_samples_per_problem(data_sources, sample_uids, reward_extra_infos_dict)
+        metric_dict = super()._val_metrics_update(*equal, sample_turns)
+        problem_metrics = validation_problem_metrics(data_sources, sample_uids, reward_extra_infos_dict)
+        metric_dict.update(problem_metrics)
+        metric_dict.update(headline_metrics(problem_metrics))
         return metric_dict
 
     def log_step(self, batch: Optional[DataProto], metrics: dict, timing: dict) -> None:
