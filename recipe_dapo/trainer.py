@@ -40,7 +40,6 @@ from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
-from verl.utils.tracking import Tracking
 
 from recipe_dapo.dynamic_sampling import DATAPROTO_OPS, DynamicSampler, DynamicSamplingConfig, PromptStream, trajectory_metric
 from recipe_dapo.metrics import (
@@ -52,6 +51,7 @@ from recipe_dapo.metrics import (
 from recipe_dapo.overlong_filter import apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.reward.metrics import reward_metrics
+from recipe_dapo.tracking import open_tracking
 
 logger = logging.getLogger(__name__)
 
@@ -106,14 +106,10 @@ class RayDAPOTrainer(RayPPOTrainer):
         """Train for ``total_training_steps`` optimizer steps (validation and saving as configured)."""
         if self._dump_executor._shutdown:
             self._init_dump_executor()
-        self.tracker = Tracking(
-            project_name=self.config.trainer.project_name,
-            experiment_name=self.config.trainer.experiment_name,
-            default_backend=self.config.trainer.logger,
-            config=OmegaConf.to_container(self.config, resolve=True),
-        )
         self.global_steps = 0
         self._load_checkpoint()
+        # Opened after the checkpoint: the metrics file keeps what earlier processes logged up to this step.
+        self.tracker = open_tracking(self.config, resumed_step=self.global_steps, total_steps=self.total_training_steps)
         self.checkpoint_manager.update_weights(self.global_steps)
         SkipManager.init(self.config)
 
@@ -352,7 +348,10 @@ class RayDAPOTrainer(RayPPOTrainer):
             metrics.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm")))
             if hasattr(self.train_dataset, "on_batch_end"):
                 self.train_dataset.on_batch_end(batch=batch)
+            metrics["training/response_tokens"] = int(batch.batch["response_mask"].sum())
         self.tracker.log(data=metrics, step=self.global_steps)
+        if self.global_steps >= self.total_training_steps:
+            self.tracker.finish()  # flush every backend; the console prints the run's summary
 
     # ------------------------------------------------------------------ checkpoint and resume
 

@@ -42,11 +42,15 @@ def run_default_script(work_dir: Path, assets: dict, *overrides: str) -> subproc
     return completed
 
 
+def metrics_file(work_dir: Path) -> Path:
+    return work_dir / "recipe_dapo" / "dapo_cpu.jsonl"
+
+
 def logged_steps(work_dir: Path) -> dict[int, dict]:
-    """Metrics per training step from verl's file logger (JSONL, one line per logged step)."""
-    lines = (work_dir / "recipe_dapo" / "dapo_cpu.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    return {record["step"]: record["data"] for record in records}
+    """Metrics per step from the run's metrics file (verl's JSONL layout; a step's lines merged)."""
+    from recipe_dapo.run_log import read_metrics
+
+    return read_metrics(metrics_file(work_dir))
 
 
 def dumped_inputs(work_dir: Path, step: int) -> list[str]:
@@ -149,8 +153,11 @@ def test_resumed_run_trains_on_the_same_prompts_as_an_uninterrupted_run(tmp_path
     run_default_script(interrupted, default_assets, "trainer.total_training_steps=2", *common)
     run_default_script(interrupted, default_assets, "trainer.total_training_steps=3", *common)
 
-    # The resumed process logged step 3 only: it continued from the checkpoint instead of starting over.
-    assert sorted(step for step in logged_steps(interrupted) if step > 0) == [3]
+    # The metrics file kept steps 1-2 of the first process, and the resumed process logged step 3 only:
+    # it continued from the checkpoint instead of starting over (one line per step, none set aside).
+    lines = [json.loads(line) for line in metrics_file(interrupted).read_text().splitlines()]
+    assert [line["step"] for line in lines if line["step"] > 0] == [1, 2, 3]
+    assert not (interrupted / "recipe_dapo" / "dapo_cpu.superseded.jsonl").exists()
     assert dumped_inputs(interrupted, 3) == dumped_inputs(uninterrupted, 3)
     # And the run really resumed rather than starting over: step 3 differs from step 1.
     assert dumped_inputs(interrupted, 3) != dumped_inputs(uninterrupted, 1)
