@@ -8,20 +8,26 @@ which builds verl's workers and datasets exactly as verl's own task runner does 
 
 from __future__ import annotations
 
-import logging
-import os
-import socket
+if __name__ == "__main__":
+    # First, before verl is imported: importing it already prints known noise (console_noise lists it).
+    from recipe_dapo.console_noise import install_console_filter
 
-import hydra
-import ray
-from omegaconf import DictConfig, OmegaConf
+    install_console_filter()
 
-from verl.trainer.main_ppo_v0 import BaseTaskRunner
-from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
-from verl.utils.config import validate_config
+import logging  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
 
-from recipe_dapo.cpu.platform import use_configured_device
-from recipe_dapo.preflight import check_config, check_plugins_registered
+import hydra  # noqa: E402
+import ray  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from verl.trainer.main_ppo_v0 import BaseTaskRunner  # noqa: E402
+from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy  # noqa: E402
+from verl.utils.config import validate_config  # noqa: E402
+
+from recipe_dapo.cpu.platform import use_configured_device  # noqa: E402
+from recipe_dapo.preflight import check_config, check_plugins_registered  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
