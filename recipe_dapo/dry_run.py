@@ -6,10 +6,11 @@
 Composes ``config/dapo_trainer.yaml`` exactly as the entry point does (an unknown key fails here, as
 Hydra refuses it), resolves every interpolation, then runs, collecting every problem before failing:
 
-1. the recipe's start-up checks (:func:`recipe_dapo.preflight.check_config`), with one difference: a data
+1. the recipe's start-up checks (:func:`recipe_dapo.preflight.check_config`), with two differences: a data
    file that does not exist on *this* machine is reported as "not checked" instead of failing (cluster
    paths usually exist only on the cluster); a file that exists is validated row by row as at start-up.
-   ``DAPO_DRY_RUN_REQUIRE_FILES=1`` makes an absent file an error again;
+   ``DAPO_DRY_RUN_REQUIRE_FILES=1`` makes an absent file an error again. And prompt tokens are counted
+   only when the tokenizer is a local folder (a hub id is never fetched here);
 2. values in verl's legacy ``reward_model`` / ``custom_reward_function`` / ``sandbox_fusion`` sections,
    which verl 0.9.1's trainer silently ignores (old launch scripts set them);
 3. settings the reward manager and verl's worker configs refuse only once the workers start
@@ -134,6 +135,22 @@ def model_path_check(report: DryRunReport) -> Check:
                 )
         else:
             report.not_checked.append(f"actor_rollout_ref.model.path: {path} (not a local folder; never loaded here)")
+
+    return check
+
+
+def prompt_length_check(report: DryRunReport) -> Check:
+    """The start-up prompt-length count, when the tokenizer is a local folder (a hub id is never fetched here)."""
+
+    def check(config: DictConfig, problems: list[str]) -> None:
+        path = os.path.expanduser(preflight.tokenizer_path(config))
+        if not os.path.isdir(path):
+            key = "tokenizer_path" if _select(config, "actor_rollout_ref.model.tokenizer_path") else "path"
+            report.not_checked.append(
+                f"actor_rollout_ref.model.{key}: {path} (not a local folder: prompt tokens not counted here)"
+            )
+            return
+        preflight._check_prompt_lengths(config, problems)
 
     return check
 
@@ -271,8 +288,11 @@ def check_with_verl(config: DictConfig, problems: list[str]) -> None:
 
 def dry_run_checks(report: DryRunReport, require_files: bool = False) -> tuple[Check, ...]:
     """The start-up checks with the dry run's data check, then the checks workers would do later."""
-    data_check = data_file_check(report, require_files)
-    startup = tuple(data_check if check is preflight._check_data_files else check for check in preflight.CHECKS)
+    replaced = {
+        preflight._check_data_files: data_file_check(report, require_files),
+        preflight._check_prompt_lengths: prompt_length_check(report),
+    }
+    startup = tuple(replaced.get(check, check) for check in preflight.CHECKS)
     return (
         *startup,
         model_path_check(report),

@@ -201,6 +201,100 @@ def _check_data_files(config: DictConfig, problems: list[str]) -> None:
                 problems.append(f"{key}: {exc}")
 
 
+def prompt_limit(config: DictConfig) -> tuple[int, str]:
+    """The prompt length the rollout enforces and the key that sets it (``rollout.prompt_length`` follows
+    ``data.max_prompt_length`` unless overridden; the smaller one cuts)."""
+    data_limit = int(_select(config, "data.max_prompt_length"))
+    rollout_limit = _select(config, "actor_rollout_ref.rollout.prompt_length")
+    if rollout_limit is not None and int(rollout_limit) < data_limit:
+        return int(rollout_limit), "actor_rollout_ref.rollout.prompt_length"
+    return data_limit, "data.max_prompt_length"
+
+
+def tokenizer_path(config: DictConfig) -> str:
+    model = _select(config, "actor_rollout_ref.model")
+    return str(model.get("tokenizer_path") or model.path)
+
+
+def _check_prompt_lengths(config: DictConfig, problems: list[str]) -> None:
+    """Count every prompt's tokens with the model's tokenizer (``recipe_dapo.data.prompt_length``).
+
+    Over the limit, verl's rollout would keep each prompt's last tokens and cut its question away. Refused,
+    naming file, row, token count and key, unless ``data.filter_overlong_prompts=true`` (verl's dataset then
+    drops them: counted here) or ``data.truncation=left`` (what the rollout does: counted here).
+    """
+    from recipe_dapo.data.prompt_length import load_tokenizer, overlong_error, scan_prompt_lengths
+
+    truncation = str(_select(config, "data.truncation", "error"))
+    filtering = bool(_select(config, "data.filter_overlong_prompts", False))
+    if truncation not in ("error", "left"):
+        problems.append(
+            f"data.truncation={truncation}: verl's agent loop only cuts prompts on the left (keeping their last "
+            "tokens); set data.truncation=error (refuse overlong prompts at start-up, the default) or left, "
+            "or data.filter_overlong_prompts=true (drop them)"
+        )
+    files = [
+        (key, path)
+        for key in ("data.train_files", "data.val_files")
+        for path in _paths(_select(config, key))
+        if os.path.isfile(path)  # a missing file is _check_data_files' problem
+    ]
+    if not files:
+        return
+    model = _select(config, "actor_rollout_ref.model")
+    try:
+        tokenizer = load_tokenizer(
+            tokenizer_path(config), bool(model.get("trust_remote_code", False)), model.get("custom_chat_template")
+        )
+    except Exception as exc:  # transformers raises OSError, ValueError, ... for a bad path
+        problems.append(
+            f"actor_rollout_ref.model.path={model.path}: cannot load its tokenizer to count prompt tokens "
+            f"({type(exc).__name__}: {exc}); point it (or actor_rollout_ref.model.tokenizer_path) at a model folder"
+        )
+        return
+    limit, limit_key = prompt_limit(config)
+    prompt_key = str(_select(config, "data.prompt_key", "prompt"))
+    template_kwargs = _select(config, "data.apply_chat_template_kwargs") or {}
+    for key, path in files:
+        try:
+            lengths = scan_prompt_lengths(path, tokenizer, limit, prompt_key, template_kwargs)
+        except Exception as exc:  # a row the chat template cannot render (bad rows are also reported above)
+            problems.append(f"{key}: {path}: cannot count its prompt tokens ({type(exc).__name__}: {exc})")
+            continue
+        if not lengths.num_overlong:
+            continue
+        needed = int(_select(config, "data.train_batch_size")) if key == "data.train_files" else 1
+        kept = lengths.rows - lengths.num_overlong
+        if filtering and kept >= needed:
+            logger.warning(
+                "%s: %s: dropping %d of %d prompts longer than %s=%d tokens (data.filter_overlong_prompts=true)",
+                key, path, lengths.num_overlong, lengths.rows, limit_key, limit,
+            )
+        elif filtering:
+            problems.append(
+                f"{key}: {path}: only {kept} of {lengths.rows} prompts fit {limit_key}={limit} tokens, fewer than "
+                f"the {needed} a step needs after data.filter_overlong_prompts drops the rest; raise {limit_key} "
+                f"to {int(lengths.overlong_tokens.max())}"
+            )
+        elif truncation == "left":
+            logger.warning(
+                "%s: %s: %d of %d prompts are longer than %s=%d tokens and will lose their first tokens "
+                "(data.truncation=left)", key, path, lengths.num_overlong, lengths.rows, limit_key, limit,
+            )
+        else:
+            fix = (
+                f"raise {limit_key} to {{longest}} (the longest prompt), or set data.filter_overlong_prompts=true "
+                "to drop these rows (data.truncation=left keeps their last tokens, cutting the question away)"
+            )
+            problems.append(f"{key}: {overlong_error(lengths, limit_key, fix)}")
+
+
+def _paths(value) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(item) for item in value]
+
+
 CHECKS: tuple[Callable[[DictConfig, list[str]], None], ...] = (
     _check_algorithm,
     _check_batch_sizes,
@@ -208,6 +302,7 @@ CHECKS: tuple[Callable[[DictConfig, list[str]], None], ...] = (
     _check_overlong,
     _check_registries,
     _check_data_files,
+    _check_prompt_lengths,
 )
 
 

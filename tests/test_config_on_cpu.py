@@ -11,7 +11,12 @@ from conftest import compose_recipe_config, ray_runtime_env_as_verl_builds_it
 
 @pytest.fixture(scope="module")
 def data_files(default_assets):
-    return [f"data.train_files={default_assets['train_file']}", f"data.val_files={default_assets['val_file']}"]
+    # The model path too: the start-up check counts prompt tokens with the model's tokenizer.
+    return [
+        f"data.train_files={default_assets['train_file']}",
+        f"data.val_files={default_assets['val_file']}",
+        f"actor_rollout_ref.model.path={default_assets['model_path']}",
+    ]
 
 
 def small_run(data_files, *extra):
