@@ -26,6 +26,7 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner  # noqa: E402
 from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
+from recipe_dapo.cpu.memory import apply_cpu_kv_cache  # noqa: E402
 from recipe_dapo.cpu.platform import use_configured_device  # noqa: E402
 from recipe_dapo.preflight import check_config, check_plugins_registered  # noqa: E402
 
@@ -85,6 +86,7 @@ def run(config: DictConfig) -> None:
     from verl.trainer.main_ppo import run_ppo
 
     use_configured_device(config)
+    apply_cpu_kv_cache(config)
     check_plugins_registered(where="the driver")
     check_config(config)
     run_ppo(config, task_runner_class=DAPOTaskRunner)

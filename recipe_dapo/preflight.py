@@ -289,6 +289,13 @@ def _check_prompt_lengths(config: DictConfig, problems: list[str]) -> None:
             problems.append(f"{key}: {overlong_error(lengths, limit_key, fix)}")
 
 
+def _check_cpu_memory(config: DictConfig, problems: list[str]) -> None:
+    """On CPU: vLLM's KV cache and the weights must fit in free memory (``recipe_dapo.cpu.memory``)."""
+    from recipe_dapo.cpu.memory import check_cpu_memory
+
+    check_cpu_memory(config, problems)
+
+
 def _paths(value) -> list[str]:
     if value is None:
         return []
@@ -303,6 +310,7 @@ CHECKS: tuple[Callable[[DictConfig, list[str]], None], ...] = (
     _check_registries,
     _check_data_files,
     _check_prompt_lengths,
+    _check_cpu_memory,
 )
 
 
