@@ -66,9 +66,7 @@ def token_counts(tokenizer, texts: Sequence[str]) -> np.ndarray:
     for start in range(0, len(texts), _ROWS_PER_BATCH):
         batch = list(texts[start : start + _ROWS_PER_BATCH])
         if backend is not None:
-            encodings = backend.encode_batch_fast(batch, add_special_tokens=False) if hasattr(
-                backend, "encode_batch_fast"
-            ) else backend.encode_batch(batch, add_special_tokens=False)
+            encodings = backend.encode_batch(batch, add_special_tokens=False)
             counts[start : start + len(batch)] = [len(e.ids) for e in encodings]
         else:  # a slow (Python) tokenizer
             ids = tokenizer(batch, add_special_tokens=False, return_attention_mask=False)["input_ids"]
