@@ -63,7 +63,10 @@ def main() -> None:
     prompts = pq.read_table(args.data, columns=["prompt"]).column("prompt").to_pylist()[: args.per_row_sample]
 
     def per_row():
-        return [len(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)) for p in prompts]
+        return [
+            len(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False))
+            for p in prompts
+        ]
 
     sample_s, sample_counts = best_of(1, per_row)
     assert sample_counts == counts[: len(prompts)].tolist(), "per-row counts differ from the batched counts"

@@ -63,7 +63,8 @@ def format_step_line(step: int, total_steps: Optional[int], metrics: Mapping[str
         parts.append(f"acc {_fmt(get('reward/acc_mean'))}")
     keep, rounds = get("dynamic_sampling/keep_rate"), get("dynamic_sampling/num_gen_rounds")
     if keep is not None:
-        parts.append(f"keep {_fmt(keep, 2)}" + (f" in {int(rounds)} round{'s' * (int(rounds) != 1)}" if rounds is not None else ""))
+        plural = "" if rounds == 1 else "s"
+        parts.append(f"keep {_fmt(keep, 2)}" + (f" in {int(rounds)} round{plural}" if rounds is not None else ""))
     low, high = get("actor/pg_clipfrac_low"), get("actor/pg_clipfrac_high")
     if low is not None or high is not None:
         parts.append(f"clip low {_fmt(low, 4)} high {_fmt(high, 4)}")
@@ -207,7 +208,8 @@ class RunConsole:
         lines.append(f"  metrics file: {self.metrics_file or 'none (add file to trainer.logger)'}")
         if self.generated_tokens:
             share = f" ({100 * self.trained_tokens / self.generated_tokens:.0f}%)"
-            lines.append(f"  tokens: {_tokens(self.generated_tokens)} generated, {_tokens(self.trained_tokens)} trained{share}")
+            generated, trained = _tokens(self.generated_tokens), _tokens(self.trained_tokens)
+            lines.append(f"  tokens: {generated} generated, {trained} trained{share}")
         return lines
 
     def finish(self) -> None:

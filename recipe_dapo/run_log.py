@@ -80,7 +80,9 @@ def set_aside_superseded(path: str | os.PathLike, resumed_step: int) -> int:
     stamp = {"resumed_from_step": int(resumed_step), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     with open(superseded_path(path), "ab") as side:
         for line, record in moved:
-            entry = dict(record, superseded=stamp) if record is not None else {"raw": line.decode(errors="replace"), "superseded": stamp}
+            if record is None:  # keep the raw text of a line cut by a kill
+                record = {"raw": line.decode(errors="replace")}
+            entry = dict(record, superseded=stamp)
             side.write(json.dumps(entry).encode() + b"\n")
         side.flush()
         os.fsync(side.fileno())

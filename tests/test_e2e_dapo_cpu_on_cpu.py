@@ -117,6 +117,17 @@ def test_validation_reports_per_source_problem_metrics(trained_run):
     assert metrics[f"val/{source}/pass@1"] <= metrics[f"val/{source}/pass@4"]
 
 
+def test_console_shows_short_step_lines_a_summary_and_no_known_noise(trained_run):
+    log = (trained_run / "run.log").read_text()
+    steps = [line for line in log.splitlines() if " step " in f" {line}" and "| acc " in line]
+    assert len(steps) == 3 and all(len(line) < 250 for line in steps), steps
+    assert "validation at step 3 | synthetic_arithmetic: mean@4 " in log
+    assert "run finished: steps 1-3" in log and "global_step_3" in log and "dapo_cpu.jsonl" in log
+    assert "np.float64(" not in log
+    for noise in ("engine is not available", "test_gen_batch meta info", "NUMA affinity"):
+        assert noise not in log, noise
+
+
 def test_training_changed_the_policy_weights(trained_run, default_assets):
     import torch
     from safetensors.torch import load_file

@@ -51,7 +51,8 @@ class PromptLengths:
 
 def render_prompts(tokenizer, conversations: Sequence[Any], chat_template_kwargs: Mapping | None = None) -> list[str]:
     """The chat-templated text of each conversation (with the generation prompt), as verl renders it."""
-    kwargs = {k: v for k, v in dict(chat_template_kwargs or {}).items() if k not in ("tokenize", "return_dict", "return_tensors")}
+    ignored = ("tokenize", "return_dict", "return_tensors")  # verl drops them too: it renders, then tokenizes
+    kwargs = {k: v for k, v in dict(chat_template_kwargs or {}).items() if k not in ignored}
     conversations = [_messages(c) for c in conversations]
     if not conversations:
         return []
@@ -98,7 +99,10 @@ def _normalized_size(normalizer):
     if json.loads(normalizer.__getstate__()).get("type") == "NFC":
         import unicodedata
 
-        return lambda text: len((text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)).encode("utf-8"))
+        def nfc_size(text: str) -> int:
+            return len((text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)).encode())
+
+        return nfc_size
     return lambda text: len(normalizer.normalize_str(text).encode("utf-8"))
 
 
@@ -156,7 +160,8 @@ def overlong_error(lengths: PromptLengths, limit_key: str, fix: str, shown: int 
     more = lengths.num_overlong - 1
     problem = f"prompt is {count} tokens, over {limit_key}={lengths.limit}"
     if more:
-        problem += f"; {more} more of the {lengths.rows} rows are too (rows (tokens): {others}{', ...' if more >= shown else ''})"
+        ellipsis = ", ..." if more >= shown else ""
+        problem += f"; {more} more of the {lengths.rows} rows are too (rows (tokens): {others}{ellipsis})"
     longest = int(lengths.overlong_tokens.max())
     return RLDataError(lengths.path, row, "prompt", problem, fix.format(longest=longest))
 
