@@ -7,7 +7,8 @@ It composes ``config/dapo_trainer.yaml`` exactly as the entry point does (an unk
 'did you mean'), then runs the start-up rules of ``recipe_dapo.preflight`` — the same rules, in the same order, as
 a real launch — with one difference: a data file or model folder absent from *this* machine is reported as "not
 checked" instead of failing (cluster paths usually exist only on the cluster); one that exists is validated as
-at start-up. ``DAPO_DRY_RUN_REQUIRE_FILES=1`` makes an absent file an error again.
+at start-up, and prompt tokens are counted only when the tokenizer is a local folder (a hub id is never fetched
+here). ``DAPO_DRY_RUN_REQUIRE_FILES=1`` makes an absent file an error again.
 
 Exit status 0 when the configuration is valid, 1 otherwise (each problem names its key and its fix).
 ``DAPO_DRY_RUN_PRINT_CONFIG=1`` also prints the resolved configuration as YAML, like Hydra's ``--cfg job``.

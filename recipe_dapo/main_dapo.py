@@ -1,27 +1,36 @@
 """Entry point: ``python -m recipe_dapo.main_dapo [hydra overrides]``.
 
 Hydra composes ``config/dapo_trainer.yaml`` (verl's ``ppo_trainer`` + DAPO defaults + the ``size=``, ``ablation=``,
-``sampling=`` and ``platform=`` groups); the recipe checks the configuration (``preflight``: the same rules as ``DRY_RUN=1``) before Ray, vLLM or a worker starts, and refuses a
-bad one with every problem listed and exit status 1; then verl's ``run_ppo`` starts Ray and runs
+``sampling=`` and ``platform=`` groups); the recipe checks the configuration (``preflight``: the same rules as
+``DRY_RUN=1``) before Ray, vLLM or a worker starts, and refuses a bad one with every problem listed and exit
+status 1; then verl's ``run_ppo`` starts Ray and runs
 :class:`recipe_dapo.task_runner.DAPOTaskRunner`, which trains with :class:`recipe_dapo.trainer.RayDAPOTrainer`.
 """
 
 from __future__ import annotations
 
-import logging
-import sys
+if __name__ == "__main__":
+    # First, before verl is imported: importing it already prints known noise (console_noise lists it).
+    from recipe_dapo.console_noise import install_console_filter
 
-import hydra
-from omegaconf import DictConfig
+    install_console_filter()
 
-import recipe_dapo.config  # noqa: F401  (registers what Hydra needs to compose the config)
-from recipe_dapo.preflight import DAPOConfigError, PluginNotLoadedError, check_config
+import logging  # noqa: E402
+import sys  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+import recipe_dapo.config  # noqa: E402,F401  (registers what Hydra needs to compose the config)
+from recipe_dapo.cpu.memory import apply_cpu_kv_cache  # noqa: E402
+from recipe_dapo.preflight import DAPOConfigError, PluginNotLoadedError, check_config  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
 
 def run(config: DictConfig) -> None:
     """Check the configuration, then train (verl's run_ppo starts Ray and the task runner)."""
+    apply_cpu_kv_cache(config)  # platform=cpu: vLLM's KV cache sized in GiB from the run's shapes
     check_config(config, where="the driver")
     from verl.trainer.main_ppo import run_ppo
 

@@ -11,8 +11,9 @@ The rules run in two tiers:
 1. ``RULES``: the recipe's rules, verl's batch and cluster-shape rules that otherwise fail inside the workers,
    legacy keys verl ignores, the data files. They need only OmegaConf and pyarrow, so a mistake here is reported
    in a few seconds, before verl, torch or vLLM are imported.
-2. ``VERL_RULES``, only when tier 1 passed: the registries (policy loss, reward manager, filter metric), verl's
-   worker dataclasses and verl's own ``validate_config``, which need verl imported.
+2. ``VERL_RULES``, only when tier 1 passed: the registries (policy loss, reward manager), verl's worker
+   dataclasses and verl's own ``validate_config``, which need verl imported, and the prompt lengths, counted with
+   the model's tokenizer (transformers).
 
 A new rule is a function ``rule(config, report) -> iterable of problem strings`` added to one of the tuples.
 """
@@ -347,6 +348,116 @@ def reward_extra_info_keys(reward_manager_name: str) -> tuple[str, ...] | None:
     return None
 
 
+def prompt_limit(config: DictConfig) -> tuple[int, str]:
+    """The prompt length the rollout enforces and the key that sets it (``rollout.prompt_length`` follows
+    ``data.max_prompt_length`` unless overridden; the smaller one cuts)."""
+    data_limit = int(_select(config, "data.max_prompt_length"))
+    rollout_limit = _select(config, "actor_rollout_ref.rollout.prompt_length")
+    if rollout_limit is not None and int(rollout_limit) < data_limit:
+        return int(rollout_limit), "actor_rollout_ref.rollout.prompt_length"
+    return data_limit, "data.max_prompt_length"
+
+
+def tokenizer_path(config: DictConfig) -> str:
+    model = _select(config, "actor_rollout_ref.model")
+    return str(model.get("tokenizer_path") or model.path)
+
+
+def _prompt_length_problems(config: DictConfig, problems: list[str]) -> None:
+    """Count every prompt's tokens with the model's tokenizer (``recipe_dapo.data.prompt_length``).
+
+    Over the limit, verl's rollout would keep each prompt's last tokens and cut its question away. Refused,
+    naming file, row, token count and key, unless ``data.filter_overlong_prompts=true`` (verl's dataset then
+    drops them: counted here) or ``data.truncation=left`` (what the rollout does: counted here).
+    """
+    from recipe_dapo.data.prompt_length import load_tokenizer, overlong_error, scan_prompt_lengths
+
+    truncation = str(_select(config, "data.truncation", "error"))
+    filtering = bool(_select(config, "data.filter_overlong_prompts", False))
+    if truncation not in ("error", "left"):
+        problems.append(
+            f"data.truncation={truncation}: verl's agent loop only cuts prompts on the left (keeping their last "
+            "tokens); set data.truncation=error (refuse overlong prompts at start-up, the default) or left, "
+            "or data.filter_overlong_prompts=true (drop them)"
+        )
+    files = [
+        (key, path)
+        for key in ("data.train_files", "data.val_files")
+        for path in _paths(_select(config, key))
+        if os.path.isfile(path)  # a missing file is rule_data_files' problem
+    ]
+    if not files:
+        return
+    model = _select(config, "actor_rollout_ref.model")
+    try:
+        tokenizer = load_tokenizer(
+            tokenizer_path(config), bool(model.get("trust_remote_code", False)), model.get("custom_chat_template")
+        )
+    except Exception as exc:  # transformers raises OSError, ValueError, ... for a bad path
+        problems.append(
+            f"actor_rollout_ref.model.path={model.path}: cannot load its tokenizer to count prompt tokens "
+            f"({type(exc).__name__}: {exc}); point it (or actor_rollout_ref.model.tokenizer_path) at a model folder"
+        )
+        return
+    limit, limit_key = prompt_limit(config)
+    prompt_key = str(_select(config, "data.prompt_key", "prompt"))
+    template_kwargs = _select(config, "data.apply_chat_template_kwargs") or {}
+    for key, path in files:
+        try:
+            lengths = scan_prompt_lengths(path, tokenizer, limit, prompt_key, template_kwargs)
+        except Exception as exc:  # a row the chat template cannot render (bad rows are also reported above)
+            problems.append(f"{key}: {path}: cannot count its prompt tokens ({type(exc).__name__}: {exc})")
+            continue
+        if not lengths.num_overlong:
+            continue
+        needed = int(_select(config, "data.train_batch_size")) if key == "data.train_files" else 1
+        kept = lengths.rows - lengths.num_overlong
+        if filtering and kept >= needed:
+            logger.warning(
+                "%s: %s: dropping %d of %d prompts longer than %s=%d tokens (data.filter_overlong_prompts=true)",
+                key, path, lengths.num_overlong, lengths.rows, limit_key, limit,
+            )
+        elif filtering:
+            problems.append(
+                f"{key}: {path}: only {kept} of {lengths.rows} prompts fit {limit_key}={limit} tokens, fewer than "
+                f"the {needed} a step needs after data.filter_overlong_prompts drops the rest; raise {limit_key} "
+                f"to {int(lengths.overlong_tokens.max())}"
+            )
+        elif truncation == "left":
+            logger.warning(
+                "%s: %s: %d of %d prompts are longer than %s=%d tokens and will lose their first tokens "
+                "(data.truncation=left)", key, path, lengths.num_overlong, lengths.rows, limit_key, limit,
+            )
+        else:
+            fix = (
+                f"raise {limit_key} to {{longest}} (the longest prompt), or set data.filter_overlong_prompts=true "
+                "to drop these rows (data.truncation=left keeps their last tokens, cutting the question away)"
+            )
+            problems.append(f"{key}: {overlong_error(lengths, limit_key, fix)}")
+
+
+def rule_cpu_memory(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """On CPU: vLLM's KV cache and the weights must fit in free memory (``recipe_dapo.cpu.memory``)."""
+    from recipe_dapo.cpu.memory import check_cpu_memory
+
+    problems: list[str] = []
+    check_cpu_memory(config, problems)
+    return problems
+
+
+def rule_prompt_lengths(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """Every prompt's tokens counted with the model's tokenizer (loading it needs transformers: tier 2). In a dry
+    run a tokenizer that is not a local folder is never fetched: "not checked"."""
+    path = os.path.expanduser(tokenizer_path(config))
+    if report.absent_inputs_ok and not os.path.isdir(path):
+        key = "tokenizer_path" if _select(config, "actor_rollout_ref.model.tokenizer_path") else "path"
+        report.not_checked.append(f"actor_rollout_ref.model.{key}: {path} (not a local folder: prompt tokens not counted here)")
+        return []
+    problems: list[str] = []
+    _prompt_length_problems(config, problems)
+    return problems
+
+
 RULES: tuple[Rule, ...] = (
     rule_trainer,
     rule_algorithm,
@@ -359,6 +470,7 @@ RULES: tuple[Rule, ...] = (
     rule_cluster_shape,
     rule_data_files,
     rule_model_path,
+    rule_cpu_memory,
 )
 
 
@@ -415,7 +527,7 @@ def rule_verl_configs(config: DictConfig, report: CheckReport) -> Iterable[str]:
         logger.debug("verl: %s", line)
 
 
-VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_verl_configs)
+VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_verl_configs, rule_prompt_lengths)
 
 
 # ----------------------------------------------------------------------------- running the rules

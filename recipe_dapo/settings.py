@@ -11,6 +11,7 @@ sections keep verl's dataclasses (``_target_``); ``reward.reward_kwargs`` is rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING  # a value the size / ablation group must set
 
@@ -32,6 +33,15 @@ class PreflightSettings:
 
     check_worker_plugins: bool = True
     """Check in a Ray worker (the task runner) that the recipe's verl plugins registered there too."""
+
+
+@dataclass
+class CpuSettings:
+    """``dapo.cpu``: settings of ``platform=cpu`` runs."""
+
+    kv_cache_gib: Any = "auto"
+    """vLLM-CPU's KV cache in GiB; ``auto`` sizes it from the run's shapes (the sequences one generation round or
+    validation batch has in flight x ``max_model_len``; ``recipe_dapo.cpu.memory``)."""
 
 
 @dataclass
@@ -66,5 +76,6 @@ class DapoSettings:
     dynamic_sampling: DynamicSamplingSettings = field(default_factory=DynamicSamplingSettings)
     """Dynamic sampling beyond the paper; verl's ``algorithm.filter_groups`` holds enable / metric / budget."""
     preflight: PreflightSettings = field(default_factory=PreflightSettings)
+    cpu: CpuSettings = field(default_factory=CpuSettings)
     paths: PathsSettings = field(default_factory=PathsSettings)
     name: NameSettings = field(default_factory=NameSettings)

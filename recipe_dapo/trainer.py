@@ -44,7 +44,6 @@ from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
-from verl.utils.tracking import Tracking
 
 from recipe_dapo.dynamic_sampling import (
     DATAPROTO_OPS,
@@ -55,13 +54,19 @@ from recipe_dapo.dynamic_sampling import (
     collect_step,
     trajectory_metric,
 )
-from recipe_dapo.metrics import validation_problem_metrics, with_problem_uids
+from recipe_dapo.metrics import (
+    equal_samples_per_problem,
+    headline_metrics,
+    validation_problem_metrics,
+    with_problem_uids,
+)
 from recipe_dapo.overlong import apply_overlong_filter, overlong_metrics
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.reward.metrics import reward_metrics
 from recipe_dapo.rollout_replicas import RolloutReplicas
 from recipe_dapo.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
+from recipe_dapo.tracking import open_tracking
 
 logger = logging.getLogger(__name__)
 
@@ -122,14 +127,10 @@ class RayDAPOTrainer(RayPPOTrainer):
         """Train for ``total_training_steps`` optimizer steps (validation and saving as configured)."""
         if self._dump_executor._shutdown:
             self._init_dump_executor()
-        self.tracker = Tracking(
-            project_name=self.config.trainer.project_name,
-            experiment_name=self.config.trainer.experiment_name,
-            default_backend=self.config.trainer.logger,
-            config=OmegaConf.to_container(self.config, resolve=True),
-        )
         self.global_steps = 0
         self._load_checkpoint()
+        # Opened after the checkpoint: the metrics file keeps what earlier processes logged up to this step.
+        self.tracker = open_tracking(self.config, resumed_step=self.global_steps, total_steps=self.total_training_steps)
         self.replicas.sync_weights(self.global_steps)
         SkipManager.init(self.config)
 
@@ -367,9 +368,16 @@ class RayDAPOTrainer(RayPPOTrainer):
                 metrics.update(self._validate())
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
-        """verl's validation metrics plus what papers report per data source: mean@k, pass@k, maj@k."""
-        metric_dict = super()._val_metrics_update(data_sources, sample_uids, reward_extra_infos_dict, sample_turns)
-        metric_dict.update(validation_problem_metrics(data_sources, sample_uids, reward_extra_infos_dict))
+        """verl's validation metrics over every problem, plus what papers report per source: mean@k, pass@k, maj@k.
+
+        verl's metrics get k samples of every problem (``recipe_dapo.metrics`` says why); the headline
+        ``val-core/<source>/acc/mean@k`` is the per-problem mean over all samples of every problem.
+        """
+        equal = equal_samples_per_problem(data_sources, sample_uids, reward_extra_infos_dict)
+        metric_dict = super()._val_metrics_update(*equal, sample_turns)
+        problem_metrics = validation_problem_metrics(data_sources, sample_uids, reward_extra_infos_dict)
+        metric_dict.update(problem_metrics)
+        metric_dict.update(headline_metrics(problem_metrics))
         return metric_dict
 
     def log_step(self, batch: Optional[DataProto], metrics: dict, timing: dict) -> None:
@@ -382,7 +390,10 @@ class RayDAPOTrainer(RayPPOTrainer):
             metrics.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm")))
             if hasattr(self.train_dataset, "on_batch_end"):
                 self.train_dataset.on_batch_end(batch=batch)
+            metrics["training/response_tokens"] = int(batch.batch["response_mask"].sum())
         self.tracker.log(data=metrics, step=self.global_steps)
+        if self.global_steps >= self.total_training_steps:
+            self.tracker.finish()  # flush every backend; the console prints the run's summary
 
     # ------------------------------------------------------------------ checkpoint and resume
 

@@ -18,7 +18,12 @@ from conftest import REPO_ROOT, compose_recipe_config, ray_runtime_env_as_verl_b
 
 @pytest.fixture(scope="module")
 def data_files(default_assets):
-    return [f"data.train_files={default_assets['train_file']}", f"data.val_files={default_assets['val_file']}"]
+    # The model path too: the start-up check counts prompt tokens with the model's tokenizer.
+    return [
+        f"data.train_files={default_assets['train_file']}",
+        f"data.val_files={default_assets['val_file']}",
+        f"actor_rollout_ref.model.path={default_assets['model_path']}",
+    ]
 
 
 def test_config_composes_verl_ppo_trainer_with_dapo_defaults():

@@ -207,6 +207,9 @@ class RecordingTracker:
     def log(self, data, step):
         RecordingTracker.logged.setdefault(step, {}).update(data)
 
+    def finish(self):
+        pass
+
 
 @pytest.fixture()
 def inputs(tmp_path):
@@ -263,7 +266,7 @@ def build_trainer(tmp_path, inputs, monkeypatch, *overrides):
     trainer.async_rollout_manager = RecordingRolloutManager(device, tokenizer, MAX_RESPONSE)
     trainer.checkpoint_manager = RecordingCheckpointManager(device)
     trainer.replicas = RolloutReplicas(trainer.checkpoint_manager)
-    monkeypatch.setattr(trainer_module, "Tracking", RecordingTracker)
+    monkeypatch.setattr(trainer_module, "open_tracking", lambda *args, **kwargs: RecordingTracker())
     return trainer, device
 
 

@@ -5,6 +5,7 @@ Where things live (a new data set is a new ``DatasetSpec`` in ``catalog.DATASETS
 - ``template``    the DAPO user prompt template (apply / verify / strip)
 - ``answers``     ``normalize_ground_truth``: the canonical answer spelling the verifier shares
 - ``validation``  ``RLDataError`` and ``validate_rl_parquet``: row checks before anything heavy starts
+- ``prompt_length`` prompt token counts as verl's rollout builds them (start-up check, ``validate --tokenizer``)
 - ``sources``     reading local parquet/jsonl or Hub rows in the verl or the flat layout
 - ``catalog``     the six data sets: file names, ``data_source`` tags, local and Hub locations
 - ``convert``     conversion, deduplication and writing; ``prepare_all`` for the whole folder

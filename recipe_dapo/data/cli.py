@@ -2,10 +2,14 @@
 
     prepare OUT_DIR [--local-dir DIR] [--only NAME ...]   every data set into OUT_DIR
     convert NAME OUT_DIR [--input FILE | --local-dir DIR] [--dedup MODE]
-    validate FILE [FILE ...]                              check verl RL parquet files
+    validate FILE [FILE ...] [--tokenizer PATH [--max-prompt-length N]]
+                                                          check verl RL parquet files (and prompt tokens)
 
 ``--local-dir`` defaults to ``$DAPO_DATA_LOCAL_DIR``; without either, the Hugging Face Hub is used.
-Bad input exits with status 2 and one line naming the file, the row and the field.
+Bad input exits with status 2 and one line naming the file, the row and the field. With ``--tokenizer``
+(the model's), ``validate`` also counts each prompt's tokens as verl's rollout does
+(``recipe_dapo.data.prompt_length``) and refuses prompts over ``--max-prompt-length`` (the training key is
+``data.max_prompt_length``); without a limit it prints the longest prompt.
 """
 
 from __future__ import annotations
@@ -50,7 +54,47 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check verl RL parquet files row by row")
     validate.add_argument("files", nargs="+")
+    validate.add_argument("--tokenizer", help="the model's tokenizer folder: count prompt tokens with it")
+    validate.add_argument(
+        "--max-prompt-length", type=int, help="refuse prompts longer than this many tokens (needs --tokenizer)"
+    )
+    validate.add_argument("--prompt-key", default="prompt", help="the prompt column (data.prompt_key)")
     return parser
+
+
+def validate_files(args: argparse.Namespace) -> None:
+    """Row checks, then (with --tokenizer) prompt token counts; raises RLDataError on the first bad file."""
+    from recipe_dapo.data.prompt_length import (
+        load_tokenizer,
+        overlong_error,
+        render_prompts,
+        scan_prompt_lengths,
+        token_counts,
+    )
+
+    if args.max_prompt_length is not None and not args.tokenizer:
+        raise ValueError("--max-prompt-length needs --tokenizer (the model's tokenizer folder) to count tokens")
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    for path in args.files:
+        rows = validate_rl_parquet(path, prompt_key=args.prompt_key)
+        if tokenizer is None:
+            print(f"{path}: {rows} rows, all valid")
+        elif args.max_prompt_length is not None:
+            lengths = scan_prompt_lengths(path, tokenizer, args.max_prompt_length, args.prompt_key)
+            if lengths.num_overlong:
+                fix = (
+                    "raise --max-prompt-length (in training: data.max_prompt_length) to {longest}, or drop the row "
+                    "(in training: data.filter_overlong_prompts=true)"
+                )
+                raise overlong_error(lengths, "--max-prompt-length", fix)
+            print(f"{path}: {rows} rows, all valid, every prompt <= {args.max_prompt_length} tokens")
+        else:
+            import pandas as pd
+
+            prompts = pd.read_parquet(path, columns=[args.prompt_key])[args.prompt_key].tolist()
+            counts = token_counts(tokenizer, render_prompts(tokenizer, prompts))
+            print(f"{path}: {rows} rows, all valid, prompts of {counts.min()}-{counts.max()} tokens "
+                  f"(longest: row {int(counts.argmax())})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,9 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(f"{result.name}: {result.rows_written} rows -> {result.output_path}")
         else:
-            for path in args.files:
-                print(f"{path}: {validate_rl_parquet(path)} rows, all valid")
-    except (RLDataError, FileNotFoundError) as error:
+            validate_files(args)
+    except (RLDataError, FileNotFoundError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

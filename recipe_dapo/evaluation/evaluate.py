@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="vLLM engine seed")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    parser.add_argument("--kv-cache-gib", type=float, help="KV-cache size in GiB (default on CPU: 1)")
+    parser.add_argument(
+        "--kv-cache-gib", type=float, help="KV-cache size in GiB (default on CPU: sized for the samples in flight)"
+    )
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (always on for CPU)")
     return parser
 
@@ -235,6 +237,7 @@ def run(prepared: PreparedEvaluation) -> dict[str, Any]:
             gpu_memory_utilization=args.gpu_memory_utilization,
             kv_cache_gib=args.kv_cache_gib,
             enforce_eager=args.enforce_eager,
+            sequences=sum(len(dataset.rows) for dataset in datasets) * args.n,
         )
     )
     engine_ready = time.monotonic()

@@ -2,7 +2,9 @@
 
 On CPU: ``VLLM_TARGET_DEVICE=cpu``, eager mode (no graph capture), and an explicit KV-cache size, because
 vLLM-CPU otherwise reserves ``gpu_memory_utilization`` of the machine's memory and refuses to start when
-other processes use part of it. The model's head_dim must be >= 32 for vLLM-CPU attention.
+other processes use part of it. The size is the trainer's (``recipe_dapo.cpu.memory``): every sample in
+flight at once, up to vLLM-CPU's 256 sequences, at ``max_model_len`` tokens. The model's head_dim must be
+>= 32 for vLLM-CPU attention.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
+# When the model is not a local folder (a hub id) there is no config to size from.
 DEFAULT_CPU_KV_CACHE_GIB = 1.0
+# vLLM-CPU's default max_num_seqs for the LLM class (per tensor-parallel rank).
+CPU_MAX_NUM_SEQS = 256
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ class EngineSettings:
     gpu_memory_utilization: float = 0.9
     kv_cache_gib: float | None = None
     enforce_eager: bool = False
+    sequences: int = 1
+    """Samples the run generates (prompts x n): the CPU KV cache is sized for as many as run at once."""
 
 
 def has_accelerator() -> bool:
@@ -52,7 +59,7 @@ def make_engine(settings: EngineSettings):
     kv_cache_gib = settings.kv_cache_gib
     if on_cpu:
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-        kv_cache_gib = kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB
+        kv_cache_gib = kv_cache_gib or cpu_kv_cache_gib(settings)
     from vllm import LLM
 
     extra = {} if kv_cache_gib is None else {"kv_cache_memory_bytes": int(kv_cache_gib * (1 << 30))}
@@ -73,6 +80,18 @@ def make_engine(settings: EngineSettings):
         enforce_eager=settings.enforce_eager or on_cpu,
         **extra,
     )
+
+
+def cpu_kv_cache_gib(settings: EngineSettings) -> float:
+    """The CPU KV cache for ``settings`` in GiB, sized as the trainer sizes it (module docstring)."""
+    from recipe_dapo.cpu.memory import DTYPE_BYTES, GIB, ModelShape, kv_cache_bytes
+
+    if not os.path.isfile(os.path.join(os.path.expanduser(settings.model), "config.json")):
+        return DEFAULT_CPU_KV_CACHE_GIB
+    shape = ModelShape.from_folder(settings.model)
+    dtype_bytes = DTYPE_BYTES.get(settings.dtype, shape.dtype_bytes)
+    sequences = min(settings.sequences, CPU_MAX_NUM_SEQS * settings.tensor_parallel_size)
+    return kv_cache_bytes(shape, dtype_bytes, sequences, settings.max_model_len) / GIB
 
 
 def generate(

@@ -42,11 +42,15 @@ def run_default_script(work_dir: Path, assets: dict, *overrides: str) -> subproc
     return completed
 
 
+def metrics_file(work_dir: Path) -> Path:
+    return work_dir / "recipe_dapo" / "dapo_cpu.jsonl"
+
+
 def logged_steps(work_dir: Path) -> dict[int, dict]:
-    """Metrics per training step from verl's file logger (JSONL, one line per logged step)."""
-    lines = (work_dir / "recipe_dapo" / "dapo_cpu.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    return {record["step"]: record["data"] for record in records}
+    """Metrics per step from the run's metrics file (verl's JSONL layout; a step's lines merged)."""
+    from recipe_dapo.run_log import read_metrics
+
+    return read_metrics(metrics_file(work_dir))
 
 
 def dumped_inputs(work_dir: Path, step: int) -> list[str]:
@@ -113,6 +117,17 @@ def test_validation_reports_per_source_problem_metrics(trained_run):
     assert metrics[f"val/{source}/pass@1"] <= metrics[f"val/{source}/pass@4"]
 
 
+def test_console_shows_short_step_lines_a_summary_and_no_known_noise(trained_run):
+    log = (trained_run / "run.log").read_text()
+    steps = [line for line in log.splitlines() if " step " in f" {line}" and "| acc " in line]
+    assert len(steps) == 3 and all(len(line) < 250 for line in steps), steps
+    assert "validation at step 3 | synthetic_arithmetic: mean@4 " in log
+    assert "run finished: steps 1-3" in log and "global_step_3" in log and "dapo_cpu.jsonl" in log
+    assert "np.float64(" not in log
+    for noise in ("engine is not available", "test_gen_batch meta info", "NUMA affinity"):
+        assert noise not in log, noise
+
+
 def test_training_changed_the_policy_weights(trained_run, default_assets):
     import torch
     from safetensors.torch import load_file
@@ -149,8 +164,11 @@ def test_resumed_run_trains_on_the_same_prompts_as_an_uninterrupted_run(tmp_path
     run_default_script(interrupted, default_assets, "trainer.total_training_steps=2", *common)
     run_default_script(interrupted, default_assets, "trainer.total_training_steps=3", *common)
 
-    # The resumed process logged step 3 only: it continued from the checkpoint instead of starting over.
-    assert sorted(step for step in logged_steps(interrupted) if step > 0) == [3]
+    # The metrics file kept steps 1-2 of the first process, and the resumed process logged step 3 only:
+    # it continued from the checkpoint instead of starting over (one line per step, none set aside).
+    lines = [json.loads(line) for line in metrics_file(interrupted).read_text().splitlines()]
+    assert [line["step"] for line in lines if line["step"] > 0] == [1, 2, 3]
+    assert not (interrupted / "recipe_dapo" / "dapo_cpu.superseded.jsonl").exists()
     assert dumped_inputs(interrupted, 3) == dumped_inputs(uninterrupted, 3)
     # And the run really resumed rather than starting over: step 3 differs from step 1.
     assert dumped_inputs(interrupted, 3) != dumped_inputs(uninterrupted, 1)

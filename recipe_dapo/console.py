@@ -1,0 +1,238 @@
+"""What a run prints: one short line per step, one per validation, and a summary at the end.
+
+verl's ``console`` backend prints every metric of a step on one line (150-300 keys, 5-17k characters,
+``np.float64(...)`` reprs). :class:`RunConsole` replaces it (the full dump stays in the other backends,
+the metrics file first):
+
+    step 3/40 | acc 0.438 | keep 0.50 in 2 rounds | clip low 0.0012 high 0.0150 | len 27.3 (10.0% cut) | 41.2 s
+    validation at step 4 | synthetic_arithmetic: mean@4 0.044 pass@4 0.125 (31 problems)
+    run finished: steps 1-40 in 1h02m
+      validation, final (step 40): synthetic_arithmetic mean@4 0.210 pass@4 0.480
+      validation, best: synthetic_arithmetic mean@4 0.230 (step 32)
+      checkpoint: /work/runs/dapo_cpu/checkpoints/global_step_40
+      metrics file: /work/runs/dapo_cpu/recipe_dapo/dapo_cpu.jsonl
+      tokens: 1.21M generated, 0.40M trained (33%)
+
+The fields, from the step's metrics (a field whose metric is missing is left out):
+
+- ``acc``: ``reward/acc_mean``, accuracy of every response generated in the step, before filtering;
+- ``keep ... in N rounds``: ``dynamic_sampling/keep_rate`` and ``num_gen_rounds``;
+- ``clip low / high``: ``actor/pg_clipfrac_low`` / ``actor/pg_clipfrac_high`` (the dapo loss);
+- ``len``: ``response_length/mean`` of the trained batch and ``response_length/clip_ratio`` (cut at the limit);
+- ``s``: ``timing_s/step``.
+
+Validation lines show, per data source, ``val/<source>/mean@k`` and the largest ``pass@j`` (the recipe's
+per-problem metrics); without them (a reward manager with no ``acc``), verl's ``val-core`` means.
+Tokens: ``dynamic_sampling/generated_tokens`` (every response token generated, kept or filtered) against
+``training/response_tokens`` less the overlong filter's share (tokens that carried loss). Lines go through
+``logging`` (logger ``recipe_dapo.console``), which prints them on stdout with no prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, Optional
+
+LOGGER_NAME = "recipe_dapo.console"
+logger = logging.getLogger(LOGGER_NAME)
+
+
+def number(value: Any) -> Optional[float]:
+    """A finite-or-not float from a metric value (numpy scalars, 0-d tensors); None when not a number."""
+    if isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _fmt(value: Optional[float], digits: int = 3) -> str:
+    return "nan" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def format_step_line(step: int, total_steps: Optional[int], metrics: Mapping[str, Any]) -> str:
+    """The one line of a training step (fields in the module docstring)."""
+    get = lambda key: number(metrics.get(key))  # noqa: E731
+    parts = [f"step {step}/{total_steps}" if total_steps else f"step {step}"]
+    if get("reward/acc_mean") is not None:
+        parts.append(f"acc {_fmt(get('reward/acc_mean'))}")
+    keep, rounds = get("dynamic_sampling/keep_rate"), get("dynamic_sampling/num_gen_rounds")
+    if keep is not None:
+        plural = "" if rounds == 1 else "s"
+        parts.append(f"keep {_fmt(keep, 2)}" + (f" in {int(rounds)} round{plural}" if rounds is not None else ""))
+    low, high = get("actor/pg_clipfrac_low"), get("actor/pg_clipfrac_high")
+    if low is not None or high is not None:
+        parts.append(f"clip low {_fmt(low, 4)} high {_fmt(high, 4)}")
+    elif get("actor/pg_clipfrac") is not None:
+        parts.append(f"clip {_fmt(get('actor/pg_clipfrac'), 4)}")
+    length, cut = get("response_length/mean"), get("response_length/clip_ratio")
+    if length is not None:
+        parts.append(f"len {length:.1f}" + (f" ({100 * cut:.1f}% cut)" if cut is not None else ""))
+    if get("timing_s/step") is not None:
+        parts.append(f"{get('timing_s/step'):.1f} s")
+    return " | ".join(parts)
+
+
+def validation_headlines(metrics: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """{source: {"mean@k": ..., "pass@j": ..., "problems": ...}} from a step's metrics; {} without validation."""
+    result: dict[str, dict[str, float]] = {}
+    for key, value in metrics.items():
+        prefix, _, rest = key.partition("/")
+        source, _, name = rest.rpartition("/")
+        if prefix == "val" and source and (name.startswith(("mean@", "pass@")) or name == "num_problems"):
+            value = number(value)
+            if value is not None:
+                result.setdefault(source, {})[name] = value
+    if result:
+        for source, values in result.items():  # keep mean@k and the largest pass@j only
+            passes = sorted((name for name in values if name.startswith("pass@")), key=lambda n: int(n[5:]))
+            for name in passes[:-1]:
+                del values[name]
+        return result
+    for key, value in metrics.items():  # no per-problem metrics: verl's val-core means
+        parts = key.split("/")
+        if parts[0] == "val-core" and len(parts) >= 4 and parts[-1].startswith("mean@") and number(value) is not None:
+            result.setdefault("/".join(parts[1:-2]), {})[f"{parts[-2]} {parts[-1]}"] = number(value)
+    return result
+
+
+def format_validation(headlines: Mapping[str, Mapping[str, float]]) -> str:
+    """``source: mean@4 0.044 pass@4 0.125 (31 problems)`` per source, joined by `` | ``."""
+    sources = []
+    for source, values in headlines.items():
+        fields = " ".join(f"{name} {_fmt(value)}" for name, value in values.items() if name != "num_problems")
+        if "num_problems" in values:
+            fields += f" ({int(values['num_problems'])} problems)"
+        sources.append(f"{source}: {fields}")
+    return " | ".join(sources)
+
+
+def _headline_value(values: Mapping[str, float]) -> Optional[float]:
+    """The value 'best' is judged by: mean@k (or verl's first mean)."""
+    for name, value in values.items():
+        if "mean@" in name:
+            return value
+    return None
+
+
+def _tokens(count: float) -> str:
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if count >= limit:
+            return f"{count / limit:.2f}{suffix}"
+    return f"{int(count)}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def latest_checkpoint(checkpoint_dir: Optional[str]) -> Optional[str]:
+    """The newest ``global_step_*`` folder verl's tracker file points to (verl's own lookup), if any."""
+    if not checkpoint_dir:
+        return None
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    try:
+        return find_latest_ckpt_path(checkpoint_dir)
+    except Exception:  # an unreadable tracker file must not break the summary
+        return None
+
+
+class RunConsole:
+    """The ``console`` logger backend of :class:`recipe_dapo.tracking.DAPOTracking` (module docstring)."""
+
+    def __init__(
+        self,
+        total_steps: Optional[int] = None,
+        checkpoint_dir: Optional[str] = None,
+        metrics_file: Optional[str] = None,
+        stream=None,
+    ):
+        self.total_steps = total_steps
+        self.checkpoint_dir = checkpoint_dir
+        self.metrics_file = metrics_file
+        self.started = time.monotonic()
+        self.steps: list[int] = []
+        self.validations: list[tuple[int, dict[str, dict[str, float]]]] = []
+        self.generated_tokens = 0.0
+        self.trained_tokens = 0.0
+        self._finished = False
+        _ensure_handler(stream)
+
+    def log(self, data: Mapping[str, Any], step: int) -> None:
+        try:
+            self._log(data, step)
+        except Exception:  # the console must never stop a run; the full metrics are in the other backends
+            logger.exception("console: could not summarise the metrics of step %s", step)
+
+    def _log(self, data: Mapping[str, Any], step: int) -> None:
+        if any(key.startswith(("training/", "actor/", "dynamic_sampling/")) for key in data):
+            self.steps.append(step)
+            logger.info(format_step_line(step, self.total_steps, data))
+            generated = number(data.get("dynamic_sampling/generated_tokens"))
+            self.generated_tokens += generated or 0.0
+            trained = number(data.get("training/response_tokens"))
+            if trained is not None:
+                self.trained_tokens += trained * (1.0 - (number(data.get("overlong/filtered_token_ratio")) or 0.0))
+        headlines = validation_headlines(data)
+        if headlines:
+            self.validations.append((step, headlines))
+            logger.info("validation at step %d | %s", step, format_validation(headlines))
+
+    def summary_lines(self) -> list[str]:
+        steps = f"steps {min(self.steps)}-{max(self.steps)}" if self.steps else "no training step"
+        lines = [f"run finished: {steps} in {_duration(time.monotonic() - self.started)}"]
+        if self.validations:
+            step, final = self.validations[-1]
+            lines.append(f"  validation, final (step {step}): " + format_validation(final))
+            best = []
+            for source in final:
+                scored = [(_headline_value(v[source]), s) for s, v in self.validations if source in v]
+                scored = [(value, s) for value, s in scored if value is not None]
+                if scored:
+                    value, at = max(scored, key=lambda pair: pair[0])
+                    best.append(f"{source} {_fmt(value)} (step {at})")
+            if best:
+                lines.append("  validation, best mean: " + ", ".join(best))
+        else:
+            lines.append("  validation: none in this process (trainer.test_freq)")
+        checkpoint = latest_checkpoint(self.checkpoint_dir)
+        lines.append(f"  checkpoint: {checkpoint or 'none saved (trainer.save_freq)'}")
+        lines.append(f"  metrics file: {self.metrics_file or 'none (add file to trainer.logger)'}")
+        if self.generated_tokens:
+            share = f" ({100 * self.trained_tokens / self.generated_tokens:.0f}%)"
+            generated, trained = _tokens(self.generated_tokens), _tokens(self.trained_tokens)
+            lines.append(f"  tokens: {generated} generated, {trained} trained{share}")
+        return lines
+
+    def finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        for line in self.summary_lines():
+            logger.info(line)
+
+
+def _ensure_handler(stream=None) -> None:
+    """Console lines on stdout, message only, whatever the root logger's level (verl sets WARNING)."""
+    if not any(getattr(handler, "_recipe_dapo_console", False) for handler in logger.handlers):
+        handler = logging.StreamHandler(stream or sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._recipe_dapo_console = True
+        logger.addHandler(handler)
+    elif stream is not None:
+        for handler in logger.handlers:
+            if getattr(handler, "_recipe_dapo_console", False):
+                handler.setStream(stream)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+__all__ = ["RunConsole", "format_step_line", "format_validation", "validation_headlines"]

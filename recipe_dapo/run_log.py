@@ -1,0 +1,141 @@
+"""The run's metrics file: verl's JSONL file logger, kept across kills and resumes.
+
+Layout (verl's ``FileLogger``): ``<VERL_FILE_LOGGER_ROOT or .>/<project>/<experiment>.jsonl`` (or
+``$VERL_FILE_LOGGER_PATH``), one line per ``Tracking.log`` call: ``{"step": int, "data": {metric: value}}``.
+
+**What a resume keeps.** verl opens the file with ``"wb"``, so a resumed process erased everything the
+earlier processes logged. :class:`ResumableFileLogger` appends instead. A process that starts from the
+checkpoint of step ``k`` first sets aside the lines it is about to repeat: lines of steps ``> k`` were logged
+after the checkpoint was written (the run was killed after logging step ``k+1`` but before saving it), and
+the resumed process trains and logs those steps again from the checkpoint. They are moved, not deleted, to
+``<experiment>.superseded.jsonl`` beside the file, each with
+``"superseded": {"resumed_from_step": k, "time": ...}``, so the metrics file itself is always the history
+the checkpoints belong to: steps ``0..k`` from the earlier processes, then what this process logs. A fresh
+start (``k = 0``: no checkpoint) over an existing file sets aside all of its lines.
+
+A step may have several lines (the step's training metrics, then a validation at the same step, e.g. the
+resumed process's ``val_before_train`` at step ``k``); :func:`read_metrics` merges them, later lines winning.
+The file is replaced atomically (written beside it, then renamed), after the set-aside lines are safely in
+the superseded file, so a kill at any point loses no line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from verl.utils.tracking import FileLogger
+
+logger = logging.getLogger(__name__)
+
+SUPERSEDED_SUFFIX = ".superseded.jsonl"
+
+
+def metrics_file_path(project_name: str, experiment_name: str) -> str:
+    """Where verl's ``FileLogger`` writes (its rule, repeated: verl computes it inside ``__init__``)."""
+    path = os.getenv("VERL_FILE_LOGGER_PATH")
+    if path is None:
+        root = os.path.expanduser(os.getenv("VERL_FILE_LOGGER_ROOT", "."))
+        path = os.path.join(root, project_name, f"{experiment_name}.jsonl")
+    return path
+
+
+def superseded_path(path: str | os.PathLike) -> str:
+    path = str(path)
+    return (path[: -len(".jsonl")] if path.endswith(".jsonl") else path) + SUPERSEDED_SUFFIX
+
+
+def _parse(line: bytes) -> dict | None:
+    try:
+        record = json.loads(line)
+    except ValueError:  # a line cut by a kill in the middle of a write
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("step"), int) else None
+
+
+def set_aside_superseded(path: str | os.PathLike, resumed_step: int) -> int:
+    """Move the lines a process resuming at ``resumed_step`` will log again to the superseded file.
+
+    Returns how many lines were moved. Lines that do not parse (a write cut by a kill) are moved too,
+    as ``{"raw": text}``. Nothing happens when the file does not exist or nothing is superseded.
+    """
+    path = str(path)
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as handle:
+        lines = [line for line in handle.read().split(b"\n") if line.strip()]
+    keep, moved = [], []
+    for line in lines:
+        record = _parse(line)
+        if record is not None and 0 < resumed_step and record["step"] <= resumed_step:
+            keep.append(line)
+        else:
+            moved.append((line, record))
+    if not moved:
+        return 0
+    stamp = {"resumed_from_step": int(resumed_step), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    with open(superseded_path(path), "ab") as side:
+        for line, record in moved:
+            if record is None:  # keep the raw text of a line cut by a kill
+                record = {"raw": line.decode(errors="replace")}
+            entry = dict(record, superseded=stamp)
+            side.write(json.dumps(entry).encode() + b"\n")
+        side.flush()
+        os.fsync(side.fileno())
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as handle:
+        handle.write(b"".join(line + b"\n" for line in keep))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    steps = sorted({record["step"] for _, record in moved if record is not None})
+    logger.warning(
+        "%s: resuming at step %d; %d line(s) logged after that checkpoint (steps %s) will be logged again "
+        "and were moved to %s",
+        path, resumed_step, len(moved), _ranges(steps) or "none parsable", superseded_path(path),
+    )
+    return len(moved)
+
+
+class ResumableFileLogger(FileLogger):
+    """verl's file backend, appending: earlier processes' lines up to ``resumed_step`` stay (module docstring)."""
+
+    def __init__(self, project_name: str, experiment_name: str, resumed_step: int = 0):
+        # Not super().__init__: verl's opens the file with "wb". log() and finish() are verl's.
+        self.project_name = project_name
+        self.experiment_name = experiment_name
+        self.filepath = metrics_file_path(project_name, experiment_name)
+        os.makedirs(os.path.dirname(os.path.abspath(self.filepath)), exist_ok=True)
+        self.superseded_lines = set_aside_superseded(self.filepath, resumed_step)
+        self.fp = open(self.filepath, "ab", buffering=0)
+        logger.info("metrics file: %s (appending from step %d)", os.path.abspath(self.filepath), resumed_step)
+
+
+def read_metrics(path: str | os.PathLike) -> dict[int, dict[str, Any]]:
+    """step -> metrics, merging every line of a step in file order (later lines win); bad lines are skipped."""
+    metrics: dict[int, dict[str, Any]] = {}
+    for line in Path(path).read_bytes().split(b"\n"):
+        if not line.strip():
+            continue
+        record = _parse(line)
+        if record is None:
+            logger.warning("%s: skipping a line that is not a metrics record: %r", path, line[:80])
+            continue
+        metrics.setdefault(record["step"], {}).update(record.get("data") or {})
+    return metrics
+
+
+def _ranges(steps: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    parts, start = [], None
+    for index, step in enumerate(steps):
+        if start is None:
+            start = step
+        if index + 1 == len(steps) or steps[index + 1] != step + 1:
+            parts.append(str(start) if start == step else f"{start}-{step}")
+            start = None
+    return ", ".join(parts)

@@ -1,0 +1,73 @@
+"""The trainer's ``Tracking``: verl's, with its ``file`` and ``console`` backends replaced.
+
+- ``file``: :class:`recipe_dapo.run_log.ResumableFileLogger`, which appends (verl's truncates the metrics file
+  when a killed run resumes) and sets aside only the lines the resumed process logs again;
+- ``console``: :class:`recipe_dapo.console.RunConsole`, one short line per step and per validation and a
+  summary in ``finish()`` (verl's prints every metric of a step on one line).
+
+Every other backend (wandb, tensorboard, mlflow, ...) is verl's, unchanged, and gets the full metrics.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.utils.tracking import Tracking
+
+from recipe_dapo.console import RunConsole
+from recipe_dapo.run_log import ResumableFileLogger
+
+REPLACED_BACKENDS = ("file", "console")
+
+
+class DAPOTracking(Tracking):
+    """verl's ``Tracking`` with the recipe's ``file`` and ``console`` backends (module docstring)."""
+
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        default_backend="console",
+        config: Optional[dict] = None,
+        *,
+        resumed_step: int = 0,
+        total_steps: Optional[int] = None,
+        checkpoint_dir: Optional[str] = None,
+        console_stream=None,
+    ):
+        backends = [default_backend] if isinstance(default_backend, str) else list(default_backend)
+        super().__init__(project_name, experiment_name, [b for b in backends if b not in REPLACED_BACKENDS], config)
+        metrics_file = None
+        if "file" in backends:
+            self.logger["file"] = ResumableFileLogger(project_name, experiment_name, resumed_step)
+            metrics_file = self.logger["file"].filepath
+        if "console" in backends:
+            self.console_logger = RunConsole(
+                total_steps, checkpoint_dir=checkpoint_dir, metrics_file=metrics_file, stream=console_stream
+            )
+            self.logger["console"] = self.console_logger
+
+    def finish(self, exit_code: int = 0) -> None:
+        """verl's finish (flush and close every backend), then the console's end-of-run summary."""
+        if getattr(self, "_finished", False):
+            return
+        super().finish(exit_code)
+        console = getattr(self, "logger", {}).get("console")
+        if isinstance(console, RunConsole):
+            console.finish()
+
+
+def open_tracking(config: DictConfig, resumed_step: int, total_steps: Optional[int]) -> DAPOTracking:
+    """The trainer's tracker, opened after the checkpoint is loaded (``resumed_step`` is its step, 0 if none)."""
+    return DAPOTracking(
+        project_name=config.trainer.project_name,
+        experiment_name=config.trainer.experiment_name,
+        default_backend=config.trainer.logger,
+        config=OmegaConf.to_container(config, resolve=True),
+        resumed_step=resumed_step,
+        total_steps=total_steps,
+        checkpoint_dir=os.path.abspath(config.trainer.default_local_dir) if config.trainer.default_local_dir else None,
+    )
