@@ -50,7 +50,7 @@ def dry_run(config: DictConfig, require_files: bool | None = None) -> CheckRepor
     """Check ``config`` as a launch would, without Ray; raise ``DAPOConfigError`` listing every problem."""
     if require_files is None:
         require_files = os.environ.get(REQUIRE_FILES_ENV, "0") not in ("", "0", "false")
-    return check_config(config, absent_inputs_ok=not require_files, where="the dry run")
+    return check_config(config, absent_inputs_ok=not require_files, dry_run=True, where="the dry run")
 
 
 def compose(overrides: Sequence[str] = ()) -> DictConfig:

@@ -70,6 +70,8 @@ class CheckReport:
 
     absent_inputs_ok: bool = False
     """Dry run: an input absent here is listed in ``not_checked`` instead of being a problem."""
+    dry_run: bool = False
+    """Dry run: nothing is fetched (a tokenizer that is not a local folder is listed in ``not_checked``)."""
     not_checked: list[str] = field(default_factory=list)
     summary: dict[str, object] = field(default_factory=dict)
 
@@ -449,7 +451,7 @@ def rule_prompt_lengths(config: DictConfig, report: CheckReport) -> Iterable[str
     """Every prompt's tokens counted with the model's tokenizer (loading it needs transformers: tier 2). In a dry
     run a tokenizer that is not a local folder is never fetched: "not checked"."""
     path = os.path.expanduser(tokenizer_path(config))
-    if report.absent_inputs_ok and not os.path.isdir(path):
+    if report.dry_run and not os.path.isdir(path):
         key = "tokenizer_path" if _select(config, "actor_rollout_ref.model.tokenizer_path") else "path"
         report.not_checked.append(f"actor_rollout_ref.model.{key}: {path} (not a local folder: prompt tokens not counted here)")
         return []
@@ -533,13 +535,15 @@ VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_verl_configs, rule_prompt_
 # ----------------------------------------------------------------------------- running the rules
 
 
-def check_config(config: DictConfig, *, absent_inputs_ok: bool = False, where: str = "the driver") -> CheckReport:
+def check_config(
+    config: DictConfig, *, absent_inputs_ok: bool = False, dry_run: bool = False, where: str = "the driver"
+) -> CheckReport:
     """Run every rule; raise :class:`DAPOConfigError` listing every problem found.
 
     Tier 1 runs first and needs no verl import; tier 2 (with verl) runs only when tier 1 passed. Before tier 2 the
     process settles its platform (``platform=cpu`` pins the CPU platform) and checks that the plugins registered.
     """
-    report = CheckReport(absent_inputs_ok=absent_inputs_ok)
+    report = CheckReport(absent_inputs_ok=absent_inputs_ok, dry_run=dry_run)
     try:
         # The task runner resolves the whole config; a broken interpolation should fail here, not there.
         resolved = OmegaConf.create(OmegaConf.to_container(config, resolve=True))

@@ -15,18 +15,8 @@ from recipe_dapo.cpu.memory import GIB, KV_CACHE_KEY, apply_cpu_kv_cache, check_
 from recipe_dapo.preflight import DAPOConfigError, check_config
 from conftest import compose_recipe_config
 
-# The default run's sizes (scripts/run_dapo_cpu.sh).
-DEFAULT_RUN = [
-    "platform=cpu",
-    "data.max_prompt_length=128",
-    "data.max_response_length=32",
-    "data.train_batch_size=4",
-    "data.gen_batch_size=8",
-    "data.val_batch_size=16",
-    "actor_rollout_ref.rollout.n=8",
-    "actor_rollout_ref.rollout.val_kwargs.n=4",
-    "reward.reward_kwargs.overlong_buffer_cfg.len=8",
-]
+# The default run's sizes (scripts/run_dapo_cpu.sh: platform=cpu size=cpu_tiny).
+DEFAULT_RUN = ["platform=cpu", "size=cpu_tiny"]
 
 
 def default_run(default_assets, *extra):

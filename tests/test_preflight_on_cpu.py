@@ -14,10 +14,13 @@ from conftest import REPO_ROOT, compose_recipe_config, small_run
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from recipe_dapo.default_assets import write_dataset
+    from recipe_dapo.default_assets import tokenizer_as_verl_loads_it, write_dataset
 
-    train, val = write_dataset(tmp_path_factory.mktemp("data"), num_train=16, num_val=4, seed=0)
-    return [f"data.train_files={train}", f"data.val_files={val}"]
+    folder = tmp_path_factory.mktemp("data")
+    train, val = write_dataset(folder, num_train=16, num_val=4, seed=0)
+    (folder / "model").mkdir()
+    tokenizer_as_verl_loads_it(folder / "model", None, train)  # the tokenizer the prompt-length rule counts with
+    return [f"data.train_files={train}", f"data.val_files={val}", f"actor_rollout_ref.model.path={folder / 'model'}"]
 
 
 def refusal(overrides, **kwargs) -> str:
@@ -72,7 +75,7 @@ def test_every_problem_of_the_recipes_rules_is_listed_once_in_one_refusal(data):
 def test_a_dry_run_differs_from_a_start_up_only_in_absent_input_files(data):
     from recipe_dapo.preflight import check_config
 
-    overrides = small_run(data[1:], "data.train_files=/cluster/only/train.parquet")
+    overrides = small_run(data[1:], "data.train_files=/cluster/only/train.parquet")  # val file and model kept
     assert "does not exist" in refusal(overrides)
     report = check_config(compose_recipe_config(overrides), absent_inputs_ok=True, where="the dry run")
     assert any("/cluster/only/train.parquet" in item for item in report.not_checked)

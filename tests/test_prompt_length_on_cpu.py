@@ -22,7 +22,7 @@ from recipe_dapo.data.prompt_length import (
     token_counts,
 )
 from recipe_dapo.preflight import DAPOConfigError, check_config
-from conftest import REPO_ROOT, SHARED, compose_recipe_config
+from conftest import REPO_ROOT, SHARED, compose_recipe_config, small_run
 
 needs_shared = pytest.mark.skipif(SHARED is None, reason="needs ../shared/data (Qwen2.5 tokenizer, DAPO-Math-17k)")
 
@@ -102,18 +102,13 @@ def test_dropped_count_equals_what_verls_dataset_filter_drops(tmp_path, default_
 
 def config_with_train_file(default_assets, path, *extra):
     return compose_recipe_config(
-        [
-            f"data.train_files={path}",
-            f"data.val_files={default_assets['val_file']}",
+        small_run(
+            [f"data.train_files={path}", f"data.val_files={default_assets['val_file']}"],
             f"actor_rollout_ref.model.path={default_assets['model_path']}",
             "data.max_prompt_length=128",
-            "data.max_response_length=32",
-            "data.train_batch_size=4",
-            "data.gen_batch_size=8",
-            "actor_rollout_ref.rollout.n=8",
-            "reward.reward_kwargs.overlong_buffer_cfg.len=8",
+            "data.filter_overlong_prompts=false",  # the recipe's default drops them; these tests see the refusal
             *extra,
-        ]
+        )
     )
 
 
