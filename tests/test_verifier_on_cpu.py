@@ -47,10 +47,45 @@ def test_extract_answer_reads_last_answer_line_then_last_box(response, expected)
     assert extract_answer(response) == expected
 
 
-def test_extract_answer_reads_only_the_tail_of_the_response():
-    early = "Answer: 1\n" + "x" * TAIL_CHARS
-    assert extract_answer(early) == ""
+def test_extract_answer_finds_an_answer_followed_by_much_more_text():
+    # issue 19 kind 6: an answer followed by more than TAIL_CHARS characters was not found
+    assert extract_answer("Answer: 1\n" + "x" * (10 * TAIL_CHARS)) == "1"
+    assert extract_answer("so $\\boxed{3}$.\n" + "Checking again. " * 2000) == "3"
     assert extract_answer("y" * 100_000 + "\nAnswer: 5") == "5"
+
+
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        # issue 19 kind 2: an answer line written as a sentence
+        ("\\boxed{14400}\nFinal Answer: The final answer is 14400. I hope it is correct.", "14400"),
+        ("Answer: The largest $n$ is 34.", "34"),
+        ("Answer: Therefore $x \\geq 5$ is the solution.", "x>=5"),
+        ("Answer: the number is not 10 which is 1,000.99", "1000.99"),
+        # issue 19 kind 3: "answer:" inside a sentence after the final box does not take over; a line does
+        ("$\\boxed{7}$. Let me double check the answer: substituting back, it works.", "7"),
+        ("$\\boxed{7}$.\nAnswer: 8", "8"),
+        ("The sum is $10,200 + 255 = 10,455$. Final Answer: The final answer is $10,455$.", "10455"),
+        # issue 19 kind 4: several boxes in one list
+        ("The solutions are $\\boxed{1},\\boxed{2},\\boxed{3}$.", "1,2,3"),
+        ("$\\boxed{-2} \\quad \\text{and} \\quad \\boxed{1}$", "-2,1"),
+        ("\\boxed{1} then \\boxed{2}", "2"),  # text between: only the last box
+        # chat special tokens end the response
+        ("Answer: 5\n<|im_start|>user\nAnswer: 6", "5"),
+        # issue 19 kind 9: invisible characters, emoji, \cfrac, units in \text
+        ("Answer: 42\u200b", "42"),
+        ("Answer: 42 \U0001F389", "42"),
+        ("Answer: \\cfrac{1}{3}", "\\frac{1}{3}"),
+        ("Answer: 5\\text{ meters}", "5"),
+        ("Answer: $\\frac{1}{3} \\textbf{meters}$", "\\frac{1}{3}"),
+        ("Answer: \uff14\uff12", "42"),
+        ("Answer: \u22125", "-5"),
+        ("Answer: 11,\\! 111,\\! 100", "11111100"),
+        ("Answer: 1\\text{ and }2", "1and2"),  # "and" is not a unit
+    ],
+)
+def test_answers_in_sentences_several_boxes_and_odd_characters_are_read(response, expected):
+    assert normalize_answer(extract_answer(response)) == expected
 
 
 @pytest.mark.parametrize(
@@ -78,11 +113,9 @@ def test_extract_answer_reads_only_the_tail_of_the_response():
         ("12 cm", "12"),  # units after a number
         ("5 square feet", "5"),
         ("10 \\text{ inches}^2", "10"),
-        ("x = 5", "5"),  # variable on the left
-        ("a_1 = \\sqrt{2}", "\\sqrt{2}"),
-        ("3 + 4 = 7", "7"),  # number on the right
-        ("y = 2x + 3", "2x+3"),
-        ("x^2 + y = z^2 + 1", "x^2+y=z^2+1"),  # neither: kept
+        ("x = 5", "x=5"),  # equations stay whole here; verify compares "x = 5" with 5 by its value
+        ("x \\geq 5", "x>=5"),  # relations in one spelling
+        ("x \\neq 3", "x!=3"),
         ("042", "42"),  # leading zeros of integers
         ("-007", "-7"),
         ("+5", "5"),
@@ -165,14 +198,36 @@ def test_arithmetic_evaluate_is_exact_when_it_can_be_and_gives_up_outside_its_bo
         ("Answer: 2^{5}", "32", True, "numeric"),  # arithmetic on numbers, evaluated exactly
         ("Answer: \\sqrt{1765}", "42", False, "numeric"),  # 42.0119...: not within 1e-9
         ("Answer: 10^{10^{10}}", "5", False, "numeric"),  # overflow is decided at once, no sympy
-        ("Answer: x + 1", "5", False, "mismatch"),  # a variable cannot equal a number: no symbolic call
-        ("Answer: (1, 5)", "5", False, "mismatch"),  # nor can a tuple
+        ("Answer: x + 1", "5", False, "identity"),  # x + 1 is not 5 at the evaluation points: no symbolic call
+        ("Answer: (1, 5)", "5", False, "list"),  # a tuple is not a number
         ("Answer: \\pi", "3", False, "mismatch"),
         ("Answer: 7", ["6", "7"], True, "exact"),  # several acceptable answers
         ("Answer: 7", np.int64(7), True, "exact"),  # numpy scalar from a parquet column
         ("I cannot solve it.", "7", False, "no_answer"),
         ("Answer: $$", "7", False, "no_answer"),
-        ("Answer: 7", None, False, "mismatch"),  # missing ground truth: wrong, not a crash
+        # issue 19 kind 1: decided without math-verify
+        ("Answer: (1,4.5)", "(1,\\frac{9}{2})", True, "list"),
+        ("Answer: x + x", "2x", True, "identity"),
+        ("Answer: (x+1)^2", "x^2+2x+1", True, "identity"),
+        ("Answer: \\{2, 1\\}", "\\{1,2\\}", True, "list"),
+        ("Answer: 2, 1", "1, 2", True, "list"),  # bare lists are sets
+        ("Answer: (2, 1)", "(1, 2)", False, "list"),  # tuples are ordered
+        ("Answer: [0, 9)", "(0, 9)", False, "list"),  # so are the brackets of intervals
+        ("Answer: \\pi/2", "\\frac{\\pi}{2}", True, "numeric"),
+        # equations: "v = value" is its value; a real equation is not its right-hand side (issue 19 kind 7)
+        ("Answer: x = 5", "5", True, "exact"),
+        ("Answer: 5", "y = 5", True, "exact"),
+        ("Answer: 3 + 4 = 7", "7", True, "exact"),
+        ("Answer: x = 2 + 3 = 5", "5", True, "exact"),
+        ("Answer: x\\approx 11", "11", True, "exact"),
+        ("Answer: 11a+c", "7 = 11a+c", False, "mismatch"),
+        # issue 19 kind 10: long decimals are approximations; short ones and exact ones are not
+        ("Answer: 0.0833333333333333", "\\frac{1}{12}", True, "approximate"),
+        ("Answer: 0.3333333", "\\frac13", True, "approximate"),
+        ("Answer: 1.41421356", "\\sqrt{2}", True, "approximate"),
+        ("Answer: 0.08", "\\frac{1}{12}", False, "numeric"),
+        ("Answer: 0.5000001", "0.5", False, "numeric"),
+        ("Answer: 1,000", "1000", True, "exact"),
     ],
 )
 def test_verify_decides_without_math_verify_where_the_rules_suffice(response, ground_truth, correct, method):
@@ -189,13 +244,81 @@ def test_compute_score_has_verls_custom_reward_signature_and_keys():
     assert missing == {"score": -1.0, "acc": False, "pred": "", "verify_error": ""}
 
 
-def test_verify_works_without_math_verify_installed(monkeypatch):
+def test_verify_works_without_math_verify_installed_and_flags_what_it_skipped(monkeypatch, caplog):
     monkeypatch.setattr(symbolic, "math_verify_installed", lambda: False)
-    verdict = verify("Answer: \\pi/2", "\\frac{\\pi}{2}")  # needs symbolic maths: wrong without it
-    assert (verdict.correct, verdict.method, verdict.error) == (False, "mismatch", "")
+    verifier._warn_symbolic_off_once.cache_clear()
+    with caplog.at_level("WARNING", logger="recipe_dapo.reward.verifier"):
+        verdict = verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)")  # needs symbolic maths: wrong without it
+        verify("Answer: \\tan(x)", "\\sin(x)")
+    assert (verdict.correct, verdict.method, verdict.error, verdict.symbolic_skipped) == (False, "mismatch", "", True)
+    assert sum("SYMBOLIC ANSWER CHECK IS OFF" in r.message for r in caplog.records) == 1  # loud, once
     assert verify("Answer: \\frac{3}{6}", "0.5").correct  # exact rules still apply
+    assert not verify("Answer: 7", "8").symbolic_skipped  # decided by the rules: nothing skipped
     # Inexact but within 1e-9 relative: sqrt(3)/2 = 0.8660254037844386 on both sides, accepted without sympy.
     assert verify("Answer: \\sqrt{3}/2", "\\frac{\\sqrt{3}}{2}").method == "numeric"
+
+
+# Wrong answers that a looser rule would accept (issue 19 kinds 7, 8, 10 and their classes): they must stay
+# wrong with and without the symbolic step. A false positive teaches the policy to cheat.
+FALSE_POSITIVE_TRAPS = [
+    ("Answer: 0", "a + 3z = 0"),  # an equation is not its right-hand side
+    ("Answer: 1", "x^2+y^2=1"),
+    ("Answer: 10^{2000}", "10^{2001}"),  # beyond a float: compared exactly
+    ("Answer: 2^{10000}", "2^{10001}"),
+    ("Answer: 10^{100}+1", "10^{100}"),
+    ("Answer: \\boxed{32, 349}", "32349"),  # a list, not a thousands separator
+    ("Answer: 1, 234", "1234"),
+    ("Answer: --33", "33"),  # a malformed number
+    ("Answer: 0.08", "\\frac{1}{12}"),  # too short to be an approximation
+    ("\\boxed{1} and \\boxed{4}", "1, 2"),
+    ("Answer: (1, 2)", "(1, 2]"),
+]
+
+
+@pytest.mark.parametrize("symbolic_check", [False, None])
+@pytest.mark.parametrize("response, ground_truth", FALSE_POSITIVE_TRAPS)
+def test_wrong_answers_that_look_right_stay_wrong(response, ground_truth, symbolic_check):
+    verdict = verify(response, ground_truth, symbolic_check=symbolic_check, timeout_s=30)
+    assert not verdict.correct, verdict
+
+
+@pytest.mark.parametrize(
+    "ground_truth, error",
+    [
+        ({"answer": "42"}, "ground truth of type dict"),
+        (None, "ground truth of type NoneType"),
+        ("  ", "empty ground truth"),
+        ([], "empty list of ground truths"),
+        (b"\xff\xfe", "not UTF-8"),
+        (True, "ground truth of type bool"),
+    ],
+)
+def test_a_malformed_ground_truth_is_an_error_that_names_the_problem(ground_truth, error, caplog):
+    # issue 17 item 6: a dict ground truth scored -1 with an empty error, like a wrong answer
+    with caplog.at_level("WARNING", logger="recipe_dapo.reward.verifier"):
+        result = compute_score("math_dapo", "Answer: 42", ground_truth)
+    assert (result["score"], result["acc"], result["pred"]) == (-1.0, False, "42")
+    assert result["verify_error"].startswith("malformed ground truth") and error in result["verify_error"]
+    assert "reward_model.ground_truth" in result["verify_error"]  # says where to fix it
+
+
+def test_failure_log_details_the_first_few_then_counts(caplog):
+    import logging
+
+    from recipe_dapo.reward.failures import FailureLog
+
+    log = FailureLog(logging.getLogger("test.failures"), "thing failed", detailed=2, summary_every_s=3600)
+    with caplog.at_level("WARNING", logger="test.failures"):
+        for i in range(50):
+            try:
+                raise ValueError(f"bad {i}")
+            except ValueError as error:
+                log.report(str(error), exc_info=error)
+    # 2 detailed (with tracebacks) + 1 summary: the first failure after the details is reported at once,
+    # the next 47 fall within summary_every_s and are only counted.
+    assert len(caplog.records) == 3 and log.count == 50
+    assert [r.exc_info is not None for r in caplog.records] == [True, True, False]
+    assert "bad 0" in caplog.records[0].getMessage() and "1 more since the last report (3 in all)" in caplog.records[2].getMessage()
 
 
 def test_an_exception_in_verification_scores_minus_one_and_is_reported(monkeypatch):
@@ -203,6 +326,7 @@ def test_an_exception_in_verification_scores_minus_one_and_is_reported(monkeypat
         raise RuntimeError("boom")
 
     monkeypatch.setattr(verifier, "_clean", broken)
+    verifier._verification_failures.count = 0
     result = compute_score("math_dapo", "Answer: 42", "42")
     assert result == {"score": -1.0, "acc": False, "pred": "42", "verify_error": "RuntimeError: boom"}
 
@@ -291,3 +415,54 @@ def test_concurrent_calls_from_a_thread_pool_like_verls_reward_loop_all_return()
             assert result["acc"] is expected
         elif symbolic.math_verify_installed():
             assert result["acc"] is True and result["verify_error"] == ""
+
+
+@needs_math_verify
+def test_a_symbolic_time_out_is_never_cached_as_an_answer():
+    # issue 19 kind 5: a time-out used to be cached as "wrong" for the rest of the process
+    verifier.clear_symbolic_cache()
+    assert verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30).correct  # warm: imported and cached
+    verifier.clear_symbolic_cache()
+    timed_out = verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=0.001)  # no check fits in 1 ms
+    assert (timed_out.correct, timed_out.method) == (False, "error") and timed_out.error.startswith("time-out")
+    assert verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30).correct  # asked again, answered
+
+
+@needs_math_verify
+def test_after_a_killed_check_the_next_easy_check_needs_no_restart_of_math_verify():
+    # issue 19 kind 5: the replacement of a killed checker was still importing math-verify, so the next easy
+    # check timed out too (a cascade). Checkers are forked from a template that imported it once.
+    checker = symbolic.default_checker()
+    assert verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30).correct  # warm
+    for round_ in range(3):
+        verifier.clear_symbolic_cache()
+        kills = checker.kills
+        assert verify("Answer: 10^{10^{10}}", "\\pi", timeout_s=0.5).error.startswith("time-out")
+        assert checker.kills == kills + 1
+        start = time.monotonic()
+        easy = verify(f"Answer: \\sqrt{{2}}\\sqrt{{{3 + round_}}}", f"\\sqrt{{{6 + 2 * round_}}}", timeout_s=1.0)
+        assert (easy.correct, easy.error) == (True, ""), easy
+        assert time.monotonic() - start < 1.0 + 0.25
+
+
+@needs_math_verify
+def test_threads_do_not_queue_behind_a_hard_check_and_every_call_stays_within_its_limit():
+    # issue 19 kind 5: 4 threads on one checker waited for each other (14.7 s worst call against a 2 s limit)
+    symbolic.default_checker()
+    verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30)  # warm
+    verifier.clear_symbolic_cache()
+    limit = 1.5
+    easy = [(f"Answer: \\sqrt{{2}}\\sqrt{{{n}}}", f"\\sqrt{{{2 * n}}}") for n in range(3, 15)]
+    bombs = [(f"Answer: 10^{{10^{{{10 + n}}}}}", "\\pi") for n in range(4)]
+    cases = bombs + easy
+
+    def timed(case):
+        start = time.monotonic()
+        verdict = verify(*case, timeout_s=limit)
+        return verdict, time.monotonic() - start
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(timed, cases))
+    assert all(seconds < limit + 0.5 for _, seconds in results), [round(s, 2) for _, s in results]
+    assert all(v.correct and v.error == "" for v, _ in results[len(bombs) :])
+    assert all(v.error.startswith("time-out") for v, _ in results[: len(bombs)])

@@ -46,7 +46,6 @@ class FailureLog:
             self.count += 1
             count = self.count
             if count <= self.detailed:
-                self._last_summary = time.monotonic()
                 summary = None
             else:
                 self._unreported += 1

@@ -287,6 +287,7 @@ _SQRT_DIGIT = re.compile(r"\\sqrt(\d)")
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _INTEGER = re.compile(r"([+-]?)0*(\d+)")
 _COMMA_SPACE = re.compile(r",\s")
+_THIN_SPACE_THOUSANDS = re.compile(r"(?:,|\{,\})\\!\s*(?=\d{3})")
 
 
 def normalize_answer(answer: str) -> str:
@@ -299,7 +300,7 @@ def _clean(answer: str) -> str:
     s = _DROPPED_RANGES.sub("", answer.translate(_JUNK_CHARACTERS))
     if "\\boxed" in s or "\\fbox" in s:
         s = boxed_answer(s) or s
-    s = s.replace("\\$", "").replace(",\\!", ",").replace("{,}\\!", ",")  # "11,\\! 111" is 11111
+    s = _THIN_SPACE_THOUSANDS.sub(",", s.replace("\\$", ""))  # "11,\\! 111" is 11111
     s = _LEFT_RIGHT.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
     for pattern, relation in _RELATIONS:
