@@ -418,14 +418,24 @@ def test_concurrent_calls_from_a_thread_pool_like_verls_reward_loop_all_return()
 
 
 @needs_math_verify
-def test_a_symbolic_time_out_is_never_cached_as_an_answer():
-    # issue 19 kind 5: a time-out used to be cached as "wrong" for the rest of the process
+def test_a_symbolic_time_out_is_never_cached_as_an_answer(monkeypatch):
+    # issue 19 kind 5: a time-out (say under CPU load) was cached as "wrong" for the rest of the process
+    real = symbolic.SymbolicChecker.equivalent
+    calls = []
+
+    def slow_once(self, gold, pred, timeout_s):
+        calls.append(pred)
+        if len(calls) == 1:
+            raise symbolic.SymbolicTimeout("time-out: symbolic checker still checking at the limit")
+        return real(self, gold, pred, timeout_s)
+
+    monkeypatch.setattr(symbolic.SymbolicChecker, "equivalent", slow_once)
     verifier.clear_symbolic_cache()
-    assert verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30).correct  # warm: imported and cached
-    verifier.clear_symbolic_cache()
-    timed_out = verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=0.001)  # no check fits in 1 ms
-    assert (timed_out.correct, timed_out.method) == (False, "error") and timed_out.error.startswith("time-out")
-    assert verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30).correct  # asked again, answered
+    first = verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30)
+    assert (first.correct, first.method) == (False, "error") and first.error.startswith("time-out")
+    second = verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30)  # same call: asked again
+    assert (second.correct, second.error, len(calls)) == (True, "", 2)
+    assert verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30).correct and len(calls) == 2  # cached
 
 
 @needs_math_verify
