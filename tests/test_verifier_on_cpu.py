@@ -322,10 +322,10 @@ def test_failure_log_details_the_first_few_then_counts(caplog):
 
 
 def test_an_exception_in_verification_scores_minus_one_and_is_reported(monkeypatch):
-    def broken(_):
+    def broken(*_):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(verifier, "_clean", broken)
+    monkeypatch.setattr(verifier, "_compare", broken)
     verifier._verification_failures.count = 0
     result = compute_score("math_dapo", "Answer: 42", "42")
     assert result == {"score": -1.0, "acc": False, "pred": "42", "verify_error": "RuntimeError: boom"}

@@ -133,6 +133,12 @@ _MATH_OPENERS = {"$$": "$$", "\\[": "\\]", "\\(": "\\)", "$": "$"}
 _DISPLAY_MATH = {"$$": "$$", "\\[": "\\]"}
 _STRONG_PREFIXES = ("", "the final", "my final", "final")
 _MAX_BOX_GAP = 80
+# "Answer:" (group 1: the colon) or "Answer $...$", "Answer \[...\]" (group 2: the math opener, kept)
+_ANSWER_MARKER = re.compile(r"answer[ \t*]*(?:([:\uff1a])|(\$|\\\[|\\\())", re.IGNORECASE)
+_ANSWER_PHRASE = re.compile(r"answer[ \t]+is[ \t:]", re.IGNORECASE)
+_MAX_LIST_CHARS = 2000
+_FIRST_WINDOW_CHARS = 512
+_MAX_MARKER_CANDIDATES = 1000
 # Between adjacent boxes of one list answer: blanks, commas, "and"/"or", math delimiters, spacing commands.
 _BOX_SEPARATOR = re.compile(
     r"(?:\s|[,;$]|\\[\[\]()]|\\q?quad|\\[,;:! ]|and|or|\\text\{\s*(?:and|or|,)?\s*\}|&)*", re.IGNORECASE
@@ -141,18 +147,40 @@ _BOX_SEPARATOR = re.compile(
 
 def extract_answer(response: str) -> str:
     """The answer written in ``response`` (rules in the module docstring), stripped; ``""`` when none."""
-    text = _before_special_tokens(response)
+    window = _FIRST_WINDOW_CHARS  # most answers are on the last line: read the end first, everything if it must
+    while True:
+        start = max(0, len(response) - window)
+        text = _before_special_tokens(response[start:])
+        answer, decisive = _extract(text)
+        if decisive or start == 0:
+            return answer
+        window = len(response)
+
+
+def _extract(text: str) -> tuple[str, bool]:
+    """The answer in ``text`` and whether a text extending further back could not change it (it comes
+    from a box or a strong Answer line)."""
     line, marker_start, line_end, strong = _last_answer_line(text, phrase=False)
-    if not line:  # no "Answer:" at all: "... the answer is 5."
+    if marker_start == -2:  # no "Answer:" at all: "... the answer is 5."
         line, marker_start, line_end, strong = _last_answer_line(text, phrase=True)
     box_start = _last_box_start(text)
     if line and (box_start < 0 or marker_start <= box_start < line_end or (strong and box_start < marker_start)):
-        return line
-    return boxed_answer(text) or line
+        return line, strong or box_start >= 0
+    boxed, first = _boxed_with_start(text)
+    if boxed:
+        return boxed, not _may_continue_a_list(text, first)
+    return line, False
+
+
+def _may_continue_a_list(text: str, first: int) -> bool:
+    """Whether a box that started before ``text`` could end just before the box at ``first`` and so belong
+    to its list: a ``}`` separated from it only by list separators."""
+    brace = text.rfind("}", max(0, first - _MAX_BOX_GAP), first)
+    return first == 0 or (brace >= 0 and bool(_BOX_SEPARATOR.fullmatch(text, brace + 1, first)))
 
 
 def _before_special_tokens(text: str) -> str:
-    if "<" not in text:
+    if "<|" not in text and "</s>" not in text:
         return text
     cut = min((i for i in (text.find(token) for token in _SPECIAL_TOKENS) if i >= 0), default=len(text))
     return text[:cut]
@@ -160,34 +188,32 @@ def _before_special_tokens(text: str) -> str:
 
 def _last_answer_line(text: str, phrase: bool) -> tuple[str, int, int, bool]:
     """The last Answer line: (its text, where its marker starts, where it ends, whether the marker is strong);
-    ``("", -1, -1, False)`` when there is none. ``phrase``: look for ``answer is`` instead of ``answer:``."""
+    ``("", -1, -1, False)`` when the last marker has no answer after it, ``("", -2, -1, False)`` when there is
+    no marker. ``phrase``: look for ``answer is`` instead of ``answer:``."""
+    pattern = _ANSWER_PHRASE if phrase else _ANSWER_MARKER
+    last = None
     lowered = text.lower()
-    if len(lowered) != len(text):  # a few characters lower-case to two ("İ"): positions would shift
-        lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
-    end = len(lowered)
-    while (start := lowered.rfind("answer", 0, end)) >= 0:
-        end = start
-        i = start + len("answer")
-        while i < len(text) and text[i] in " \t*":
-            i += 1
-        if phrase:
-            if not (lowered.startswith("is", i) and i + 2 < len(text) and text[i + 2] in " \t:"):
-                continue
-            i += 3  # "the answer is 5": always a weak marker
-        elif i < len(text) and text[i] in ":\uff1a":
-            i += 1
-        elif not any(text.startswith(opener, i) for opener in _MATH_OPENERS):  # "Answer $9$", "Answer \[9\]"
-            continue
-        line, line_end = _line_from(text, i)
-        if not line:
-            return "", -1, -1, False
-        line_start = text.rfind("\n", 0, start) + 1
-        prefix = text[line_start:start].strip(" \t*#>-_").lower()
-        for word in _STRONG_PREFIXES[1:]:
-            prefix = prefix[: -len(word)].rstrip() if prefix.endswith(word) else prefix
-        # strong: the marker starts its line or a sentence ("... = $10,455. Final Answer: ...")
-        return line, start, line_end, not phrase and (prefix == "" or prefix[-1] in ".!?")
-    return "", -1, -1, False
+    if len(lowered) == len(text):  # candidates found backwards at C speed, checked one by one
+        end = len(text)
+        for _ in range(_MAX_MARKER_CANDIDATES):
+            end = lowered.rfind("answer", 0, end)
+            if end < 0 or (last := pattern.match(text, end)):
+                break
+    else:  # a few characters lower-case to two ("İ"): positions would shift
+        for last in pattern.finditer(text):
+            pass
+    if last is None:
+        return "", -2, -1, False
+    start = last.start()
+    line, line_end = _line_from(text, last.end() if phrase or last.group(1) else last.end() - len(last.group(2)))
+    if not line:
+        return "", -1, -1, False
+    line_start = text.rfind("\n", 0, start) + 1
+    prefix = text[line_start:start].strip(" \t*#>-_").lower()
+    for word in _STRONG_PREFIXES[1:]:
+        prefix = prefix[: -len(word)].rstrip() if prefix.endswith(word) else prefix
+    # strong: the marker starts its line or a sentence ("... = $10,455. Final Answer: ...")
+    return line, start, line_end, not phrase and (prefix == "" or prefix[-1] in ".!?")
 
 
 def _line_from(text: str, i: int) -> tuple[str, int]:
@@ -234,12 +260,17 @@ def _box_at(text: str, start: int) -> tuple[str, int] | None:
 def boxed_answer(text: str) -> str:
     """The content of the last box, with the boxes just before it that form one list (``"1, 2"``); ``""``
     when there is no closed last box."""
+    return _boxed_with_start(text)[0]
+
+
+def _boxed_with_start(text: str) -> tuple[str, int]:
+    """:func:`boxed_answer` and where the first box of its list starts (-1 when there is none)."""
     start = _last_box_start(text)
     if start < 0:
-        return ""
+        return "", -1
     box = _box_at(text, start)
     if box is None:
-        return ""
+        return "", -1
     contents = [box[0].strip()]
     while len(contents) < MAX_JOINED_BOXES:
         previous = max(text.rfind(command, 0, start) for command in _BOX_COMMANDS)
@@ -252,7 +283,7 @@ def boxed_answer(text: str) -> str:
             break
         contents.insert(0, earlier[0].strip())
         start = previous
-    return ", ".join(contents)
+    return ", ".join(contents), start
 
 # --- normalisation -------------------------------------------------------------------------------------
 
@@ -297,14 +328,17 @@ def normalize_answer(answer: str) -> str:
 
 def _clean(answer: str) -> str:
     """Normalisation that keeps spaces (the form math-verify reads: ``\\pi r`` must not become ``\\pir``)."""
-    s = _DROPPED_RANGES.sub("", answer.translate(_JUNK_CHARACTERS))
-    if "\\boxed" in s or "\\fbox" in s:
-        s = boxed_answer(s) or s
-    s = _THIN_SPACE_THOUSANDS.sub(",", s.replace("\\$", ""))  # "11,\\! 111" is 11111
-    s = _LEFT_RIGHT.sub("", s)
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
-    for pattern, relation in _RELATIONS:
-        s = pattern.sub(relation, s)
+    s = answer.translate(_JUNK_CHARACTERS)
+    if not s.isascii():
+        s = _DROPPED_RANGES.sub("", s)
+    if "\\" in s:
+        if "\\boxed" in s or "\\fbox" in s:
+            s = boxed_answer(s) or s
+        s = _THIN_SPACE_THOUSANDS.sub(",", s.replace("\\$", ""))  # "11,\\! 111" is 11111
+        s = _LEFT_RIGHT.sub("", s)
+        s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
+        for pattern, relation in _RELATIONS:
+            s = pattern.sub(relation, s)
     s = s.replace("\\(", "$").replace("\\)", "$").replace("\\[", "$").replace("\\]", "$").replace("$$", "$")
     s = _from_sentence(s)
     s = _UNIT_AT_END.sub("", s.strip().rstrip(".,;:").strip())
@@ -384,6 +418,7 @@ _NUMERIC_COMMANDS = re.compile(r"\\(?:frac|sqrt|cdot|times|div|binom|dbinom|tbin
 _NOT_ARITHMETIC = re.compile(r"[^0-9.+\-*/^()\[\]{}!]")
 _VARIABLE = re.compile(r"[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?")
 _RELATION = re.compile(r"<=|>=|!=|=|<|>|\\approx")
+_SIMPLE_INTEGER = re.compile(r"-?[1-9]\d{0,17}|0")
 _DOUBLE_SIGN = re.compile(r"[+-]{2}")
 _LIST_BRACKETS = {"(": ")", "[": "]", "\\{": "\\}"}
 
@@ -513,7 +548,8 @@ def _decide(pred: str, answer: str, depth: int = 0) -> tuple[bool | None, str]:
             value = _equation_value(pred if pred_relation else answer)
             if value is not None:
                 pred, answer = (value, answer) if pred_relation else (pred, value)
-    pred_list, answer_list = (_split_list(pred), _split_list(answer)) if depth < 3 else (None, None)
+    listable = depth < 3 and len(pred) <= _MAX_LIST_CHARS and len(answer) <= _MAX_LIST_CHARS
+    pred_list, answer_list = (_split_list(pred), _split_list(answer)) if listable else (None, None)
     if pred_list or answer_list:
         return _decide_lists(pred_list, answer_list, pred, answer, depth)
     pred_value, answer_value = numeric_value(pred), numeric_value(answer)
@@ -664,6 +700,8 @@ def verify(
 
 def _compare(pred: str, answer: str, symbolic_check: bool | None, timeout_s: float) -> Verdict:
     reported = _cut(pred)
+    if _SIMPLE_INTEGER.fullmatch(pred) and _SIMPLE_INTEGER.fullmatch(answer):  # the common case, at once
+        return Verdict(int(pred) == int(answer), reported, "exact" if pred == answer else "numeric")
     pred_clean, answer_clean = _clean(pred), _clean(answer)
     pred_norm, answer_norm = _canonical(pred_clean), _canonical(answer_clean)
     if not pred_norm:
