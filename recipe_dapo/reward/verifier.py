@@ -303,9 +303,10 @@ _UNIT_AT_END = re.compile(r"(?<=[\d}.])\s*" + _WRAPPERS + r"\s*\{\s*(?!and\b|or\
 _RELATIONS = ((re.compile(r"\\(?:geq|geqslant|ge)(?![A-Za-z])"), ">="), (re.compile(r"\\(?:leq|leqslant|le)(?![A-Za-z])"), "<="),
               (re.compile(r"\\(?:neq|ne)(?![A-Za-z])"), "!="))
 _DROPPED = (
-    "\\displaystyle", "\\qquad", "\\quad", "\\!", "\\,", "\\;", "\\:", "\\ ", "~", "^{\\circ}", "^\\circ",
+    "\\displaystyle", "\\qquad", "\\quad", "\\!", "\\,", "\\;", "\\:", "~", "^{\\circ}", "^\\circ",
     "\\circ", "\\degree", "°", "\\%", "%", "**",
 )
+_ESCAPED_SPACE = re.compile(r"(?<!\\)\\ ")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _PROSE_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?")
 _SENTENCE_END = re.compile(r"[.!?]\s+(?=[A-Z(])")
@@ -348,6 +349,7 @@ def _clean(answer: str) -> str:
         segments = [p for p in parts[1::2] if p.strip()]
         s = segments[-1] if segments else ""
     s = _UNIT_AT_END.sub("", s.replace("$", ""))
+    s = _ESCAPED_SPACE.sub(" ", s)  # "\\ " is a space; "\\\\ " ends a matrix row and stays
     for token in _DROPPED:
         s = s.replace(token, "")
     s = s.replace("{,}", ",").strip().rstrip(".,;:").strip()
