@@ -41,6 +41,10 @@ needs_math_verify = pytest.mark.skipif(not symbolic.math_verify_installed(), rea
         ("Answer: 7\n\\boxed{8", "7"),  # a later but unclosed box does not
         ("no answer here", ""),
         ("", ""),
+        ("ANSWER: 5", "5"),  # markers are found with rfind on "nswer"/"NSWER" after "a"/"A", not a lowered copy
+        ("Answer: 3<|im_end|>\nAnswer: 4", "3"),  # nothing from the first chat special token on
+        ("Answer: 3</s> Answer: 4", "3"),
+        ("we test <|x| and Answer: 6", "6"),  # "<|" that starts no special token cuts nothing
     ],
 )
 def test_extract_answer_reads_last_answer_line_then_last_box(response, expected):
@@ -228,6 +232,14 @@ def test_arithmetic_evaluate_is_exact_when_it_can_be_and_gives_up_outside_its_bo
         ("Answer: 0.08", "\\frac{1}{12}", False, "numeric"),
         ("Answer: 0.5000001", "0.5", False, "numeric"),
         ("Answer: 1,000", "1000", True, "exact"),
+        # wrapped integers are compared at once: "$", a box and a full stop around an integer are its value
+        ("Answer: $\\boxed{-7}$.", "-7", True, "exact"),
+        ("Answer: \\boxed{8}", "$8$", True, "exact"),
+        ("Answer: $\\boxed{9}", "9", True, "exact"),  # unbalanced wrappers take the normal rules
+        # issue 19 section 5: "\begin{pmatrix}" and "\end{pmatrix}" made a ground truth written without "$"
+        # a sentence of two words ("pmatrix" twice), cut to its last number "3"; environment names are not words
+        ("Answer: $\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}$", "\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}",
+         True, "exact"),
     ],
 )
 def test_verify_decides_without_math_verify_where_the_rules_suffice(response, ground_truth, correct, method):
@@ -272,6 +284,8 @@ FALSE_POSITIVE_TRAPS = [
     ("Answer: 0.08", "\\frac{1}{12}"),  # too short to be an approximation
     ("\\boxed{1} and \\boxed{4}", "1, 2"),
     ("Answer: (1, 2)", "(1, 2]"),
+    ("Answer: $\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}$", "\\begin{pmatrix} -1/3 \\\\ 5/3 \\end{pmatrix}"),
+    ("Answer: 3", "\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}"),  # was this ground truth's "answer"
 ]
 
 
@@ -473,6 +487,6 @@ def test_threads_do_not_queue_behind_a_hard_check_and_every_call_stays_within_it
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(timed, cases))
-    assert all(seconds < limit + 0.5 for _, seconds in results), [round(s, 2) for _, s in results]
+    assert all(seconds < limit for _, seconds in results), [round(s, 2) for _, s in results]  # the whole call
     assert all(v.correct and v.error == "" for v, _ in results[len(bombs) :])
     assert all(v.error.startswith("time-out") for v, _ in results[: len(bombs)])

@@ -88,6 +88,8 @@ import functools
 import logging
 import numbers
 import re
+import threading
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -102,8 +104,9 @@ TAIL_CHARS = 2000
 hold no answer)."""
 
 DEFAULT_TIMEOUT_S = 2.0
-"""Wall-clock limit of one verification's symbolic step (the only step that could run away), waiting for a
-free checker included. Set per run with ``reward.reward_kwargs.verify_timeout_s``."""
+"""Wall-clock limit of one whole verification; only its symbolic step could run away, and it gets what is
+left, waiting for a free checker and killing a runaway checker included (``symbolic.KILL_RESERVE_S``). Set
+per run with ``reward.reward_kwargs.verify_timeout_s``."""
 
 MAX_SYMBOLIC_CHARS = 300
 """Longer answers are not sent to math-verify (parsing cost grows fast with length); they count as wrong."""
@@ -345,6 +348,7 @@ _DROPPED = (
     "\\circ", "\\degree", "°", "\\%", "%", "**",
 )
 _ESCAPED_SPACE = re.compile(r"(?<!\\)\\ ")
+_ENVIRONMENT = re.compile(r"\\(?:begin|end)\{[A-Za-z*]*\}")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _PROSE_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?")
 _SENTENCE_END = re.compile(r"[.!?]\s+(?=[A-Z(])")
@@ -399,7 +403,8 @@ def _clean(answer: str) -> str:
 
 def _from_sentence(s: str) -> str:
     """The answer inside a sentence (two words or more outside math and ``\\commands``), else ``s``."""
-    outside_math = s.split("$")[0::2]
+    # "\begin{pmatrix} -1/3 \\ 2/3 \end{pmatrix}": environment names are not words of a sentence
+    outside_math = (_ENVIRONMENT.sub(" ", s) if "\\begin" in s else s).split("$")[0::2]
     if sum(len(_WORD.findall(part)) for part in outside_math) < 2:
         return s
     first = _SENTENCE_END.search(s)
@@ -717,9 +722,10 @@ def verify(
     """Score one response against its ground truth (rules in the module docstring); never raises.
 
     ``symbolic_check``: ``None`` uses math-verify when it is installed, ``True`` requires it (its absence is
-    reported in ``Verdict.error``), ``False`` never uses it. ``timeout_s`` limits the symbolic step of the call.
+    reported in ``Verdict.error``), ``False`` never uses it. ``timeout_s`` limits the whole call (the symbolic step gets what is left of it).
     """
     pred = ""
+    deadline = time.monotonic() + float(timeout_s)  # the limit covers the whole call, not only the symbolic step
     try:
         text = response if isinstance(response, str) else _as_text(response)
         try:
@@ -732,7 +738,7 @@ def verify(
             return Verdict(False, "", "no_answer")
         verdict = Verdict(False, _cut(pred), "mismatch")
         for answer in answers:
-            verdict = _compare(pred, answer, symbolic_check, timeout_s)
+            verdict = _compare(pred, answer, symbolic_check, deadline)
             if verdict.correct:
                 return verdict
         return verdict
@@ -741,7 +747,7 @@ def verify(
         return Verdict(False, _cut(pred), "error", _cut(f"{type(error).__name__}: {error}"))
 
 
-def _compare(pred: str, answer: str, symbolic_check: bool | None, timeout_s: float) -> Verdict:
+def _compare(pred: str, answer: str, symbolic_check: bool | None, deadline: float) -> Verdict:
     reported = _cut(pred)
     answer_clean, answer_norm = _normalized_ground_truth(answer)
     if _SIMPLE_INTEGER.fullmatch(answer_norm):  # the common case at once: "42", "$42$", "\boxed{42}."
@@ -775,7 +781,7 @@ def _compare(pred: str, answer: str, symbolic_check: bool | None, timeout_s: flo
         _warn_symbolic_off_once(symbolic_check)
         return Verdict(False, reported, "mismatch", symbolic_skipped=True)
     try:
-        equal = _symbolic_equal(answer_clean, pred_clean, float(timeout_s))
+        equal = _symbolic_equal(answer_clean, pred_clean, deadline)
     except symbolic.SymbolicCheckError as error:
         _symbolic_failures.report(str(error))
         return Verdict(False, reported, "error", _cut(str(error)))
@@ -814,21 +820,42 @@ def _warn_symbolic_off_once(symbolic_check: bool | None) -> None:
     )
 
 
-@functools.lru_cache(maxsize=8192)
-def _symbolic_equal(gold: str, pred: str, timeout_s: float) -> bool:
-    """Cached: a group of 16 often repeats an answer. A failure or time-out raises, and ``lru_cache`` does
-    not cache exceptions, so the next call tries again."""
-    return symbolic.default_checker().equivalent(gold, pred, timeout_s=timeout_s)
+_SYMBOLIC_CACHE_SIZE = 8192
+_symbolic_verdicts: dict[tuple[str, str], bool] = {}
+_symbolic_lock = threading.Lock()
+_symbolic_checks = 0
+
+
+def _symbolic_equal(gold: str, pred: str, deadline: float) -> bool:
+    """Cached (a group of 16 often repeats an answer; the oldest verdict goes first when full). A failure
+    or time-out raises and is not cached, so the next call tries again. ``deadline``: ``time.monotonic()``
+    by which the whole verification must have returned."""
+    global _symbolic_checks
+    key = (gold, pred)
+    cached = _symbolic_verdicts.get(key)
+    if cached is not None:
+        return cached
+    with _symbolic_lock:
+        _symbolic_checks += 1
+    equal = symbolic.default_checker().equivalent(gold, pred, timeout_s=deadline - time.monotonic())
+    with _symbolic_lock:
+        if len(_symbolic_verdicts) >= _SYMBOLIC_CACHE_SIZE:
+            del _symbolic_verdicts[next(iter(_symbolic_verdicts))]
+        _symbolic_verdicts[key] = equal
+    return equal
 
 
 def clear_symbolic_cache() -> None:
     """Forget cached symbolic verdicts (benchmarks measure cold runs)."""
-    _symbolic_equal.cache_clear()
+    global _symbolic_checks
+    with _symbolic_lock:
+        _symbolic_verdicts.clear()
+        _symbolic_checks = 0
 
 
 def symbolic_checks_run() -> int:
     """How many symbolic checks this process has sent to math-verify since the cache was last cleared."""
-    return _symbolic_equal.cache_info().misses
+    return _symbolic_checks
 
 
 def _as_text(response: Any) -> str:
