@@ -286,7 +286,43 @@ FALSE_POSITIVE_TRAPS = [
     ("Answer: (1, 2)", "(1, 2]"),
     ("Answer: $\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}$", "\\begin{pmatrix} -1/3 \\\\ 5/3 \\end{pmatrix}"),
     ("Answer: 3", "\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}"),  # was this ground truth's "answer"
+    # each of the next three was scored right before the fix next to it (issue 19, suite mathverify_*)
+    ("Answer: 0,111", "111"),  # "0,111" is no thousands separator (a decimal comma or a list)
+    ("Answer: \\frac{14}{3}", "x = -5, p = \\frac{14}{3}"),  # a list of equations, not x = (-5, p) = 14/3
+    ("Answer: 2", "\\boxed{1} papers and \\boxed{2} bins"),  # the ground truth is the list 1, 2
+    ("Answer: 1, 2", "\\boxed{1} no no no no no \\boxed{2}"),  # words between boxes: not one list
+    ("Answer: (2,5),(2,7)", "p=5,q=2;p=7,q=2"),  # tuples in the order the ground truth names them
+    ("Answer: 1, 1, 2", "1, 2"),  # numbers are not deduplicated (three unknowns may be 1, 1, 2)
+    ("Answer: (1,2),(1,2)", "(1,2),(3,4)"),
+    ("so 5 is the answer", "5"),  # "X is the answer" is read only when X is math right before the phrase
 ]
+
+
+@pytest.mark.parametrize(
+    "response, ground_truth",
+    [
+        # "{, }" is LaTeX's "{,}" (a comma without space), so 14{,}916 is 14916 (math-verify model output)
+        ("Answer: 14 {, }916", "14916"),
+        # a final-answer phrase right after math: the math ("$x \\leq 2$" and "x <= 2" are both x<=2)
+        ("Thus $x <= 2$ is our answer.", "$x \\leq 2$"),
+        # a list of equations: each item "x = -5" is compared by its value -5 (was read as the chain x = ... = 14/3)
+        ("Answer: \\boxed{-5, \\frac{14}{3}}", "\\boxed{x = -5,\\ p = \\frac{14}{3}}"),
+        # ground truths only: several boxes joined by "and" after at most one word, or several math
+        # segments joined by "and"/"or"/commas, are one list; a box repeated is one answer
+        ("Answer: 1, 2", "\\boxed{1} papers and \\boxed{2} bins"),
+        ("Answer: 1, 2, 3", "$1$ and $2$ and $3$"),
+        ("Answer: 840", "so \\boxed{840}.\n**Final Answer**\n\\boxed{840}"),
+        # ground truths only: "p=5,q=2;p=7,q=2" is the set of tuples (p, q) = (5,2), (7,2)
+        ("Answer: $(5,2),(7,2)$", "$p=5,q=2;p=7,q=2$"),
+        # a set of tuples that lists one twice is still that set
+        ("Answer: (1,2),(1,2),(3,4)", "(3,4),(1,2)"),
+        # "y_2 =" between two boxes names the second one: both boxes are the answer (a list of two)
+        ("\\(y_1 = \\boxed{2x+1} \\) and \\( y_2 = \\boxed{3x}\\)", "y_1 = 2x+1, y_2 = 3x"),
+    ],
+)
+def test_multi_part_answers_and_final_answer_phrases_are_read_without_math_verify(response, ground_truth):
+    verdict = verify(response, ground_truth, symbolic_check=False)
+    assert verdict.correct and verdict.error == "", verdict
 
 
 @pytest.mark.parametrize("symbolic_check", [False, None])

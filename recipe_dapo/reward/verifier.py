@@ -5,9 +5,10 @@ Pure Python (``re`` and ``fractions``); math-verify is used only for the symboli
 teaches the policy to cheat), so every rule below that could accept is exact or bounded, and anything
 undecided goes to the symbolic step or is wrong.
 
-Extraction (:func:`extract_answer`), on the whole response (searched backwards from the end at C speed; the
-reward manager first decodes only the last ``TAIL_CHARS`` characters and decodes more only when they hold no
-answer). Text from the first chat special token on (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``,
+Extraction (:func:`extract_answer`), on the whole response: its last 512 characters first, the rest only when
+they hold no decisive answer (a box or a strong Answer line) and a ``str.rfind`` finds a marker in it, so a
+response without any marker costs a few C-speed scans whatever its length (the reward manager first decodes
+only the last ``TAIL_CHARS`` characters and decodes more only when they hold no answer). Text from the first chat special token on (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``,
 ``<|eot_id|>``, ``</s>``) is not part of the response.
 
 1. the Answer line: the text after the last ``Answer:`` (any case, full-width colon too; ``Answer $...$``,
@@ -19,11 +20,14 @@ answer). Text from the first chat special token on (``<|im_start|>``, ``<|im_end
        "Answer:\\n17"                        -> "17"
 
    The marker is *strong* when it starts its line (after markdown, ``Final``, ``The final``) and *weak*
-   inside a sentence (``"so our answer: 5?"``, ``"the answer is 5"``).
+   inside a sentence (``"so our answer: 5?"``, ``"the answer is 5"``). Without any ``answer:``, the last
+   ``answer is ...`` or math right before ``is our/the/my (final) answer`` is a weak Answer line
+   (``"Thus $x \\leq 2$ is our answer."`` -> ``"$x \\leq 2$"``; ``"so 5 is the answer"`` stays unread).
 2. the last box, ``\\boxed{...}`` or ``\\fbox{...}`` (braces matched; an unclosed last box gives nothing),
    when there is no Answer line, when the box starts after the Answer line, or when the last marker is weak
    (``"\\boxed{7}. Checking the answer: it works."`` -> ``7``). Boxes separated only by commas, ``and``,
-   ``or``, spaces or math delimiters are one answer: ``"\\boxed{1}, \\boxed{2}"`` -> ``"1, 2"``.
+   ``or``, spaces, math delimiters or the name of the next one (``y_2 =``) are one answer:
+   ``"\\boxed{1}, \\boxed{2}"`` -> ``"1, 2"``.
 3. otherwise no answer: ``pred == ""`` and the sample scores -1 (no guessing from free text).
 
 Normalisation (:func:`normalize_answer`), applied to prediction and ground truth alike:
@@ -40,21 +44,26 @@ Normalisation (:func:`normalize_answer`), applied to prediction and ground truth
   last of the last math segment and the last number (``"The largest $n$ is 34."`` -> ``34``, ``"Therefore $x
   \\geq 5$ is the solution."`` -> ``x>=5``);
 - math delimiters: with ``$...$`` (or ``\\(...\\)``, ``\\[...\\]``) present, the last math segment is the answer;
-- spacing commands, degree marks (``^\\circ``, ``°``) and percent signs are dropped; ``{,}`` becomes ``,``;
+- spacing commands, degree marks (``^\\circ``, ``°``) and percent signs are dropped; ``{,}`` (``{, }`` too) becomes ``,``;
 - a number followed by words is the number (``"12 cm"`` -> ``12``, ``"5 square feet"`` -> ``5``);
 - all whitespace and a trailing ``.``, ``,``, ``;`` or ``:`` are removed; ``\\frac12`` -> ``\\frac{1}{2}``,
   ``\\sqrt2`` -> ``\\sqrt{2}``; up to three layers of redundant outer braces are removed;
-- thousands separators go when written without spaces (``1,000,000`` -> ``1000000``; ``32, 349`` is a list of
-  two numbers), then a leading ``+`` and the leading zeros of an integer (``042`` -> ``42``, ``-007`` -> ``-7``).
+- thousands separators go when written without spaces and not after a leading 0 (``1,000,000`` -> ``1000000``;
+  ``32, 349`` is a list of two numbers, ``0,111`` is no number), then a leading ``+`` and the leading zeros of an integer (``042`` -> ``42``, ``-007`` -> ``-7``).
 
 Comparison (:func:`verify`), first rule that decides wins:
 
 1. equal normalised strings -> correct;
 2. equations: ``v = value`` (``v`` a variable such as ``x`` or ``a_1``, or arithmetic on numbers; chains
    ``x = 2 + 3 = 5`` and ``x \\approx 11`` too) is compared by its value when the other side is not an
-   equation (``x = 5`` vs ``5``); an equation such as ``a + 3z = 0`` is never its right-hand side;
+   equation (``x = 5`` vs ``5``); an equation such as ``a + 3z = 0`` is never its right-hand side, nor is a
+   list of equations ``x = -5, p = 14/3`` a chain (its items are compared by their values);
 3. lists: tuples and intervals ``(1, 4.5)``, ``[0, 1)`` element by element in order with the same brackets;
-   sets ``\\{1, 2\\}`` and bare lists ``1, 2, 3`` as multisets; a list never equals a single value;
+   sets ``\\{1, 2\\}`` and bare lists ``1, 2, 3`` as multisets (a set of tuples that lists one tuple twice
+   is that set; numbers are never deduplicated); a list never equals a single value. Ground truths only
+   (they are trusted): several boxes joined by ``and``/``or`` after at most one word, or several math
+   segments joined by ``and``/``or``/commas, are one list (``\\boxed{1} papers and \\boxed{2} bins`` ->
+   ``1, 2``; a repeated box is one answer), and ``p=5,q=2;p=7,q=2`` is the tuples ``(5,2),(7,2)``;
 4. numbers or arithmetic on numbers (integer, decimal, ``a/b``, ``\\frac{a}{b}``, ``2^{10}``, ``3\\sqrt{2}``,
    ``\\pi``; see :mod:`recipe_dapo.reward.arithmetic`) by value: exactly when both are exact (``0.5`` =
    ``\\frac{1}{2}``, ``10^{2000}`` != ``10^{2001}``); a decimal with six decimal places or more also equals a
@@ -72,7 +81,8 @@ Comparison (:func:`verify`), first rule that decides wins:
 Time limit: steps 1-6 use no regular expression with nested quantifiers, scan each character a bounded number
 of times and evaluate arithmetic under size limits, so their time is bounded by construction (tens of
 microseconds; see ``bench/reward_throughput.py``). Only step 7 can run away (sympy), so it runs in a child
-process killed at ``timeout_s``, the time limit of the *whole* call, waiting for a free checker included. A
+process killed at ``timeout_s``, the time limit of the *whole* call (measured from its start; waiting for a
+free checker and killing a runaway one included). A
 time-out or any other failure scores -1 and is reported in ``Verdict.error`` / ``verify_error`` (time-outs
 start with ``time-out``); it is never cached. ``verify`` never raises.
 
@@ -142,13 +152,17 @@ _MAX_BOX_GAP = 80
 # "Answer:" (group 1: the colon) or "Answer $...$", "Answer \[...\]" (group 2: the math opener, kept)
 _ANSWER_MARKER = re.compile(r"answer[ \t*]*(?:([:\uff1a])|(\$|\\\[|\\\())", re.IGNORECASE)
 _ANSWER_PHRASE = re.compile(r"answer[ \t]+is[ \t:]", re.IGNORECASE)
+# "$x \leq 2$ is our answer" (searched just before a found "answer", so "$" is the end of that window)
+_MATH_BEFORE_ANSWER = re.compile(r"\$([^$]{1,300})\$[ \t]+is[ \t]+(?:(?:the|our|my)[ \t]+)(?:final[ \t]+)?$", re.IGNORECASE)
 _ANSWER_SPELLINGS = ("nswer", "NSWER")  # after "a" or "A"
 _MAX_LIST_CHARS = 2000
 _FIRST_WINDOW_CHARS = 512
 _MAX_MARKER_CANDIDATES = 1000
 # Between adjacent boxes of one list answer: blanks, commas, "and"/"or", math delimiters, spacing commands.
 _BOX_SEPARATOR = re.compile(
-    r"(?:\s|[,;$]|\\[\[\]()]|\\q?quad|\\[,;:! ]|and|or|\\text\{\s*(?:and|or|,)?\s*\}|&)*", re.IGNORECASE
+    r"(?:\s|[,;$]|\\[\[\]()]|\\q?quad|\\[,;:! ]|and|or|\\text\{\s*(?:and|or|,)?\s*\}|&"
+    r"|[a-z](?:_\{?[a-z0-9]+\}?)?\s*=)*",  # "\boxed{1} \) and \( y_2 = \boxed{2}": the second one's name
+    re.IGNORECASE,
 )
 
 
@@ -215,21 +229,24 @@ def _answer_words(text: str):
 def _last_answer_line(text: str) -> tuple[str, int, int, bool]:
     """The last Answer line: (its text, where its marker starts, where it ends, whether the marker is strong);
     ``("", -1, -1, False)`` when the last marker has no answer after it or there is none. The marker is the
-    last ``answer:`` (or ``Answer $``); only when there is none, the last ``answer is`` (always weak)."""
+    last ``answer:`` (or ``Answer $``); only when there is none, the last ``answer is`` or ``$...$ is our
+    answer`` (always weak)."""
     last = phrase = None
     for position in _answer_words(text):
         last = _ANSWER_MARKER.match(text, position)
         if last:
             break
         if phrase is None:
-            phrase = _ANSWER_PHRASE.match(text, position)
+            phrase = _ANSWER_PHRASE.match(text, position) or _math_before_answer_word(text, position)
     if last is None and phrase is None:
         return "", -1, -1, False
-    if last is not None:
-        line, line_end = _line_from(text, last.end() if last.group(1) else last.end() - len(last.group(2)))
-    else:
+    if last is None:
+        if isinstance(phrase, tuple):  # "Thus $x \leq 2$ is our answer."
+            return phrase
         last = phrase
         line, line_end = _line_from(text, phrase.end())
+    else:
+        line, line_end = _line_from(text, last.end() if last.group(1) else last.end() - len(last.group(2)))
     if not line:
         return "", -1, -1, False
     start = last.start()
@@ -239,6 +256,16 @@ def _last_answer_line(text: str) -> tuple[str, int, int, bool]:
         prefix = prefix[: -len(word)].rstrip() if prefix.endswith(word) else prefix
     # strong: the marker starts its line or a sentence ("... = $10,455. Final Answer: ...")
     return line, start, line_end, last is not phrase and (prefix == "" or prefix[-1] in ".!?")
+
+
+def _math_before_answer_word(text: str, position: int) -> tuple[str, int, int, bool] | None:
+    """``$x \\leq 2$ is our answer`` (``is the answer``, ``is my final answer``) ending at ``position``:
+    the math, as a weak Answer line that starts at its ``$``; ``None`` otherwise. Only math right before
+    the phrase counts: ``"so 5 is the answer"`` in prose stays unread (no guessing from free text)."""
+    match = _MATH_BEFORE_ANSWER.search(text, max(0, position - _MAX_BOX_GAP - MAX_SYMBOLIC_CHARS), position)
+    if match is None:
+        return None
+    return "$" + match.group(1) + "$", match.start(), position + len("answer"), False
 
 
 def _line_from(text: str, i: int) -> tuple[str, int]:
@@ -358,7 +385,9 @@ _FRAC_DIGIT_DIGIT = re.compile(r"\\frac(\d)(\d)")
 _FRAC_DIGIT_BRACE = re.compile(r"\\frac(\d)\{")
 _FRAC_BRACE_DIGIT = re.compile(r"\\frac\{([^{}]*)\}(\d)")
 _SQRT_DIGIT = re.compile(r"\\sqrt(\d)")
-_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_BRACED_COMMA = re.compile(r"\{\s*,\s*\}")  # "14{,}916", "14 {, }916": a comma without LaTeX's space
+# Thousands separators: "1,000"; never after a leading 0 ("0,111" is a decimal comma or a list, not 111)
+_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
 _INTEGER = re.compile(r"([+-]?)0*(\d+)")
 _COMMA_SPACE = re.compile(r",\s")
 _THIN_SPACE_THOUSANDS = re.compile(r"(?:,|\{,\})\\!\s*(?=\d{3})")
@@ -394,7 +423,7 @@ def _clean(answer: str) -> str:
     s = _ESCAPED_SPACE.sub(" ", s)  # "\\ " is a space; "\\\\ " ends a matrix row and stays
     for token in _DROPPED:
         s = s.replace(token, "")
-    s = s.replace("{,}", ",").strip().rstrip(".,;:").strip()
+    s = _BRACED_COMMA.sub(",", s).strip().rstrip(".,;:").strip()
     words = _NUMBER_WITH_WORDS.fullmatch(s)
     if words:
         s = words.group(1)
@@ -468,6 +497,9 @@ _SIMPLE_INTEGER = re.compile(r"-?[1-9]\d{0,17}|0")
 _WRAPPED_INTEGER = re.compile(r"(\$)?(\\boxed\{)?\s*(-?(?:[1-9]\d{0,17}|0))\s*(?(2)\})(?(1)\$)\.?")
 _DOUBLE_SIGN = re.compile(r"[+-]{2}")
 _DIGIT = re.compile(r"\d")
+_LETTERS = re.compile(r"[A-Za-z]+")
+_LIST_JOINER = re.compile(r"\s*(?:,|;|,?\s*and|,?\s*or)?\s*", re.IGNORECASE)
+_ASSIGNMENT = re.compile(r"([A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?)=([^=<>]+)")
 _LIST_BRACKETS = {"(": ")", "[": "]", "\\{": "\\}"}
 
 
@@ -520,6 +552,8 @@ def _equation_value(normalized: str) -> str | None:
     segments = exact.split("=")
     if any(not part or part[-1] in "<>!" for part in segments[:-1]):
         return None  # "<=", ">=", "!=": an inequality
+    if any("," in part or ";" in part for part in segments[1:-1]):
+        return None  # "x = -5, p = 14/3" is a list of equations, not x = (-5, p) = 14/3
     value = segments[-1] if len(segments) > 1 else None
     lhs = segments[0]
     if value is not None and not _VARIABLE.fullmatch(lhs):
@@ -627,6 +661,8 @@ def _decide_lists(pred_list, answer_list, pred: str, answer: str, depth: int) ->
         if "set" in (pred_kind, answer_kind):
             return None, ""  # a tuple against a set or a bare list: the symbolic step
         return False, "list"  # (0, 9) is not [0, 9)
+    if pred_kind == "set" and _repeats_a_tuple(pred_items) and len(set(answer_items)) == len(answer_items):
+        pred_items = list(dict.fromkeys(pred_items))  # a set of tuples with one listed twice is still that set
     if len(pred_items) != len(answer_items):
         return False, "list"
     if pred_kind != "set":  # tuples and intervals: in order
@@ -646,6 +682,12 @@ def _decide_lists(pred_list, answer_list, pred: str, answer: str, depth: int) ->
         else:
             return (None, "") if undecided else (False, "list")
     return True, "list"
+
+
+def _repeats_a_tuple(items: list[str]) -> bool:
+    """Every item is a tuple or interval and one is written twice: ``(3,17,3,7),(3,17,3,7),(17,3,3,7)``.
+    Numbers are not deduplicated: ``1, 1, 2`` may be the values of three unknowns."""
+    return len(set(items)) < len(items) and all(item[:1] in "([" and item[-1:] in ")]" for item in items)
 
 
 def _approximates(decimal: str, value: arithmetic.Number) -> bool:
@@ -790,9 +832,63 @@ def _compare(pred: str, answer: str, symbolic_check: bool | None, deadline: floa
 
 @functools.lru_cache(maxsize=4096)
 def _normalized_ground_truth(answer: str) -> tuple[str, str]:
-    """``_clean`` and ``_canonical`` of a ground truth, cached: a group of 16 responses shares one."""
-    cleaned = _clean(answer)
-    return cleaned, _canonical(cleaned)
+    """``_clean`` and ``_canonical`` of a ground truth, cached (a group of 16 responses shares one), with two
+    readings that only a ground truth gets (it is trusted; a response is read by the extraction rules):
+
+    - several boxes, or several math segments joined only by commas, ``and`` or ``or``, are one list:
+      ``"\\boxed{1} papers and \\boxed{2} bins"`` -> ``1, 2``; ``"$1$ and $2$ and $3$"`` -> ``1, 2, 3``;
+    - groups of assignments separated by ``;`` are tuples in the order written: ``"p=5,q=2;p=7,q=2"`` ->
+      ``(5,2),(7,2)``.
+    """
+    cleaned = _clean(_ground_truth_parts(answer))
+    return cleaned, _assignments_as_tuples(_canonical(cleaned))
+
+
+def _ground_truth_parts(answer: str) -> str:
+    if answer.count("\\boxed") + answer.count("\\fbox") >= 2:
+        contents, end = [], -1
+        for start in sorted(i for command in _BOX_COMMANDS for i in _positions(answer, command)):
+            box = _box_at(answer, start) if start >= end else None  # a box inside a box is part of it
+            if box is None:
+                continue
+            if end >= 0 and not _joins_boxes(answer[end:start]):
+                return answer  # "\\boxed{1} no no no \\boxed{2}": not one list
+            contents.append(box[0].strip())
+            end = box[1]
+        contents = list(dict.fromkeys(contents))  # "\\boxed{840} ... **Final Answer** \\boxed{840}" is one answer
+        return ", ".join(contents) if len(contents) >= 2 else answer
+    parts = answer.replace("$$", "$").split("$")
+    if len(parts) >= 5 and len(parts) % 2 and not parts[0].strip() and not parts[-1].strip(" .\n"):
+        if all(_LIST_JOINER.fullmatch(between) for between in parts[2:-1:2]):
+            return ", ".join(parts[1::2])
+    return answer
+
+
+def _joins_boxes(between: str) -> bool:
+    """Text between two boxes of a ground truth that makes them one list: no words (``", "``, ``" ++ "``),
+    or ``and``/``or`` after at most one word (``" papers and "``)."""
+    words = _LETTERS.findall(between)
+    return not words or (words[-1].lower() in ("and", "or") and len(words) <= 2)
+
+
+def _positions(text: str, needle: str):
+    i = text.find(needle)
+    while i >= 0:
+        yield i
+        i = text.find(needle, i + 1)
+
+
+def _assignments_as_tuples(normalized: str) -> str:
+    if ";" not in normalized or "=" not in normalized:
+        return normalized
+    tuples, names = [], None
+    for group in normalized.split(";"):
+        pairs = [_ASSIGNMENT.fullmatch(item) for item in group.split(",")]
+        if len(pairs) < 2 or not all(pairs) or names not in (None, [m.group(1) for m in pairs]):
+            return normalized
+        names = [m.group(1) for m in pairs]
+        tuples.append("(" + ",".join(m.group(2) for m in pairs) + ")")
+    return ",".join(tuples)
 
 
 def _clean_value(cleaned: str, value: str) -> str:
