@@ -132,7 +132,8 @@ def main() -> None:
         print(f"\nours wrong on {len(cases)} of {name} (showing {min(len(cases), args.show)}):")
         for case, ours, theirs, error in cases[: args.show]:
             print(f"  label={case['label']!s:<5} ours={ours!s:<5} mv={theirs!s:<5} gt={snippet(case['ground_truth'], 30)}"
-                  f"  resp=...{snippet(case['response'], 50)}" + (f"  error={error[:40]}" if error else ""))
+                  f"  resp=...{snippet(case['response'], 50)}" + (f"  error={error[:40]}" if error else "")
+                  + (f"\n      note: {case['note']}" if case.get("note") else ""))
     print(f"\nfalse positives (label wrong, ours right): {len(false_positives)}")
     for case in false_positives:
         print(f"  gt={snippet(case['ground_truth'], 30)} resp=...{snippet(case['response'], 60)} [{case['source']}]")

@@ -413,14 +413,17 @@ def _clean(answer: str) -> str:
             s = pattern.sub(relation, s)
     s = s.replace("\\(", "$").replace("\\)", "$").replace("\\[", "$").replace("\\]", "$").replace("$$", "$")
     s = _from_sentence(s)
-    s = _UNIT_AT_END.sub("", s.strip().rstrip(".,;:").strip())
+    s = s.strip().rstrip(".,;:").strip()
+    if "\\" in s:  # units and escaped spaces are commands: skip two regex scans of plain answers
+        s = _UNIT_AT_END.sub("", s)
     s = _TEXT_WRAPPER.sub(r"\1", s)
     parts = s.split("$")
     if len(parts) >= 3:  # text with math in it: the last non-empty math segment is the answer
         segments = [p for p in parts[1::2] if p.strip()]
         s = segments[-1] if segments else ""
-    s = _UNIT_AT_END.sub("", s.replace("$", ""))
-    s = _ESCAPED_SPACE.sub(" ", s)  # "\\ " is a space; "\\\\ " ends a matrix row and stays
+    s = s.replace("$", "")
+    if "\\" in s:
+        s = _ESCAPED_SPACE.sub(" ", _UNIT_AT_END.sub("", s))  # "\\ " is a space; "\\\\ " ends a matrix row and stays
     for token in _DROPPED:
         s = s.replace(token, "")
     s = _BRACED_COMMA.sub(",", s).strip().rstrip(".,;:").strip()
@@ -574,6 +577,8 @@ def _split_list(normalized: str) -> tuple[str, list[str]] | None:
     """``(kind, items)`` of a tuple or interval (kind = its brackets: ``"()"``, ``"[)"`` ...), a set or a bare
     comma list (kind ``"set"``: ``\\{1,2\\}``, ``1,2,3``); ``None`` for anything else."""
     s = normalized
+    if "," not in s and ";" not in s:
+        return None  # no separator: no list (and no character-by-character bracket walk)
     if s.startswith("\\{") and s.endswith("\\}") and _closes_at_end(s, 1):
         items = _top_level_split(s[2:-2])
         return ("set", items) if items else None
