@@ -8,8 +8,9 @@ undecided goes to the symbolic step or is wrong.
 Extraction (:func:`extract_answer`), on the whole response: its last 512 characters first, the rest only when
 they hold no decisive answer (a box or a strong Answer line) and a ``str.rfind`` finds a marker in it, so a
 response without any marker costs a few C-speed scans whatever its length (the reward manager first decodes
-only the last ``TAIL_CHARS`` characters and decodes more only when they hold no answer). Text from the first chat special token on (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``,
-``<|eot_id|>``, ``</s>``) is not part of the response.
+only the last ``TAIL_CHARS`` characters and decodes more only when they hold no answer). Text from the
+first chat special token on (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``, ``</s>``)
+is not part of the response.
 
 1. the Answer line: the text after the last ``Answer:`` (any case, full-width colon too; ``Answer $...$``,
    ``Answer \\[...\\]`` without a colon too), from the first non-blank character to the end of that line, or
@@ -44,12 +45,14 @@ Normalisation (:func:`normalize_answer`), applied to prediction and ground truth
   last of the last math segment and the last number (``"The largest $n$ is 34."`` -> ``34``, ``"Therefore $x
   \\geq 5$ is the solution."`` -> ``x>=5``);
 - math delimiters: with ``$...$`` (or ``\\(...\\)``, ``\\[...\\]``) present, the last math segment is the answer;
-- spacing commands, degree marks (``^\\circ``, ``°``) and percent signs are dropped; ``{,}`` (``{, }`` too) becomes ``,``;
+- spacing commands, degree marks (``^\\circ``, ``°``) and percent signs are dropped; ``{,}`` (``{, }`` too)
+  becomes ``,``;
 - a number followed by words is the number (``"12 cm"`` -> ``12``, ``"5 square feet"`` -> ``5``);
 - all whitespace and a trailing ``.``, ``,``, ``;`` or ``:`` are removed; ``\\frac12`` -> ``\\frac{1}{2}``,
   ``\\sqrt2`` -> ``\\sqrt{2}``; up to three layers of redundant outer braces are removed;
 - thousands separators go when written without spaces and not after a leading 0 (``1,000,000`` -> ``1000000``;
-  ``32, 349`` is a list of two numbers, ``0,111`` is no number), then a leading ``+`` and the leading zeros of an integer (``042`` -> ``42``, ``-007`` -> ``-7``).
+  ``32, 349`` is a list of two numbers, ``0,111`` is no number), then a leading ``+`` and the leading zeros
+  of an integer (``042`` -> ``42``, ``-007`` -> ``-7``).
 
 Comparison (:func:`verify`), first rule that decides wins:
 
@@ -153,7 +156,9 @@ _MAX_BOX_GAP = 80
 _ANSWER_MARKER = re.compile(r"answer[ \t*]*(?:([:\uff1a])|(\$|\\\[|\\\())", re.IGNORECASE)
 _ANSWER_PHRASE = re.compile(r"answer[ \t]+is[ \t:]", re.IGNORECASE)
 # "$x \leq 2$ is our answer" (searched just before a found "answer", so "$" is the end of that window)
-_MATH_BEFORE_ANSWER = re.compile(r"\$([^$]{1,300})\$[ \t]+is[ \t]+(?:(?:the|our|my)[ \t]+)(?:final[ \t]+)?$", re.IGNORECASE)
+_MATH_BEFORE_ANSWER = re.compile(
+    r"\$([^$]{1,300})\$[ \t]+is[ \t]+(?:(?:the|our|my)[ \t]+)(?:final[ \t]+)?$", re.IGNORECASE
+)
 _ANSWER_SPELLINGS = ("nswer", "NSWER")  # after "a" or "A"
 _MAX_LIST_CHARS = 2000
 _FIRST_WINDOW_CHARS = 512
@@ -769,7 +774,8 @@ def verify(
     """Score one response against its ground truth (rules in the module docstring); never raises.
 
     ``symbolic_check``: ``None`` uses math-verify when it is installed, ``True`` requires it (its absence is
-    reported in ``Verdict.error``), ``False`` never uses it. ``timeout_s`` limits the whole call (the symbolic step gets what is left of it).
+    reported in ``Verdict.error``), ``False`` never uses it. ``timeout_s`` limits the whole call (the symbolic
+    step gets what is left of it).
     """
     pred = ""
     deadline = time.monotonic() + float(timeout_s)  # the limit covers the whole call, not only the symbolic step
@@ -783,8 +789,7 @@ def verify(
         pred = extract_answer(text)
         if not pred:
             return Verdict(False, "", "no_answer")
-        verdict = Verdict(False, _cut(pred), "mismatch")
-        for answer in answers:
+        for answer in answers:  # not empty: ground_truth_answers raises on an empty list
             verdict = _compare(pred, answer, symbolic_check, deadline)
             if verdict.correct:
                 return verdict
@@ -800,7 +805,8 @@ def _compare(pred: str, answer: str, symbolic_check: bool | None, deadline: floa
     if _SIMPLE_INTEGER.fullmatch(answer_norm):  # the common case at once: "42", "$42$", "\boxed{42}."
         integer = _WRAPPED_INTEGER.fullmatch(pred)
         if integer:
-            return Verdict(int(integer.group(3)) == int(answer_norm), reported, "exact" if integer.group(3) == answer_norm else "numeric")
+            digits = integer.group(3)
+            return Verdict(int(digits) == int(answer_norm), reported, "exact" if digits == answer_norm else "numeric")
     pred_clean = _clean(pred)
     pred_norm = _canonical(pred_clean)
     if not pred_norm:
