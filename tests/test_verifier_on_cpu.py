@@ -295,6 +295,9 @@ FALSE_POSITIVE_TRAPS = [
     ("Answer: 1, 1, 2", "1, 2"),  # numbers are not deduplicated (three unknowns may be 1, 1, 2)
     ("Answer: (1,2),(1,2)", "(1,2),(3,4)"),
     ("so 5 is the answer", "5"),  # "X is the answer" is read only when X is math right before the phrase
+    ("Check whether $5$ is the answer.", "5"),  # ... and the sentence states it: no question or condition
+    ("If $5$ is the answer, then the sum is 9", "5"),
+    ("So $5$ is the answer?", "5"),
 ]
 
 

@@ -159,6 +159,8 @@ _ANSWER_PHRASE = re.compile(r"answer[ \t]+is[ \t:]", re.IGNORECASE)
 _MATH_BEFORE_ANSWER = re.compile(
     r"\$([^$]{1,300})\$[ \t]+is[ \t]+(?:(?:the|our|my)[ \t]+)(?:final[ \t]+)?$", re.IGNORECASE
 )
+_STATEMENT_END = re.compile(r"[ \t*]*(?:[.!]|\n|$)")
+_CONDITION = re.compile(r"\b(?:if|whether|check|verify|suppose|assume|assuming)\b", re.IGNORECASE)
 _ANSWER_SPELLINGS = ("nswer", "NSWER")  # after "a" or "A"
 _MAX_LIST_CHARS = 2000
 _FIRST_WINDOW_CHARS = 512
@@ -266,11 +268,19 @@ def _last_answer_line(text: str) -> tuple[str, int, int, bool]:
 def _math_before_answer_word(text: str, position: int) -> tuple[str, int, int, bool] | None:
     """``$x \\leq 2$ is our answer`` (``is the answer``, ``is my final answer``) ending at ``position``:
     the math, as a weak Answer line that starts at its ``$``; ``None`` otherwise. Only math right before
-    the phrase counts: ``"so 5 is the answer"`` in prose stays unread (no guessing from free text)."""
+    the phrase counts: ``"so 5 is the answer"`` in prose stays unread (no guessing from free text). The
+    phrase must end its sentence with ``.``, ``!`` or a line end, and the sentence must not ask (``"Check
+    whether $5$ is the answer."``, ``"If $5$ is the answer, ..."``, ``"$5$ is the answer?"``)."""
+    end = position + len("answer")
+    if not _STATEMENT_END.match(text, end):
+        return None
     match = _MATH_BEFORE_ANSWER.search(text, max(0, position - _MAX_BOX_GAP - MAX_SYMBOLIC_CHARS), position)
     if match is None:
         return None
-    return "$" + match.group(1) + "$", match.start(), position + len("answer"), False
+    sentence_start = max(text.rfind(". ", 0, match.start()), text.rfind("\n", 0, match.start()), 0)
+    if _CONDITION.search(text, sentence_start, match.start()):
+        return None
+    return "$" + match.group(1) + "$", match.start(), end, False
 
 
 def _line_from(text: str, i: int) -> tuple[str, int]:
