@@ -88,6 +88,7 @@ class SymbolicChecker:
         self.max_checkers = max_checkers
         self.kills = 0  # checkers killed after a time-out or failure
         self._condition = threading.Condition()
+        self._fork_lock = threading.Lock()
         self._template: _Template | None = None
         self._idle: list[_Checker] = []
         self._busy = 0
@@ -155,6 +156,7 @@ class SymbolicChecker:
                 if not self._ever_ready:
                     self._ever_ready = True
                     deadline = time.monotonic() + max(0.0, timeout_s - KILL_RESERVE_S)
+            checker = None
             while True:
                 while self._idle and not self._idle[-1].alive():
                     self._idle.pop().kill()
@@ -162,20 +164,38 @@ class SymbolicChecker:
                     checker = self._idle.pop()
                     break
                 if self._busy < self.max_checkers:
-                    try:
-                        checker = template.fork(deadline)
-                    except SymbolicTimeout:
-                        raise SymbolicTimeout("time-out: forking a symbolic checker at the limit") from None
-                    except (OSError, ValueError, SymbolicCheckError) as error:
-                        self._drop_template_locked()
-                        raise SymbolicCheckError(f"symbolic checker failed to start: {error}") from error
-                    break
+                    break  # a slot for a new checker, forked below without holding the pool's lock
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise SymbolicTimeout(f"time-out: all {self.max_checkers} symbolic checkers busy until the limit")
                 self._condition.wait(remaining)
             self._busy += 1
+        if checker is None:
+            try:
+                checker = self._fork(template, deadline)
+            except BaseException:
+                with self._condition:
+                    self._busy -= 1
+                    self._condition.notify()
+                raise
         return checker, deadline
+
+    def _fork(self, template: _Template, deadline: float) -> _Checker:
+        """A new checker from ``template``; one fork at a time (they share its socket), each thread waiting
+        for its turn only until its own deadline, so a slow fork holds up no release and no other limit."""
+        if not self._fork_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise SymbolicTimeout("time-out: waiting to fork a symbolic checker at the limit")
+        try:
+            return template.fork(deadline)
+        except SymbolicTimeout:
+            raise SymbolicTimeout("time-out: forking a symbolic checker at the limit") from None
+        except (OSError, ValueError, SymbolicCheckError) as error:
+            with self._condition:
+                if self._template is template:
+                    self._drop_template_locked()
+            raise SymbolicCheckError(f"symbolic checker failed to start: {error}") from error
+        finally:
+            self._fork_lock.release()
 
     def _release(self, checker: _Checker) -> None:
         with self._condition:
