@@ -529,3 +529,17 @@ def test_threads_do_not_queue_behind_a_hard_check_and_every_call_stays_within_it
     assert all(seconds < limit for _, seconds in results), [round(s, 2) for _, s in results]  # the whole call
     assert all(v.correct and v.error == "" for v, _ in results[len(bombs) :])
     assert all(v.error.startswith("time-out") for v, _ in results[: len(bombs)])
+
+
+@needs_math_verify
+def test_the_time_limit_covers_the_whole_call_not_only_the_symbolic_step(monkeypatch):
+    # issue 19: the symbolic step had the whole limit to itself, so time spent before it (extraction, the
+    # rules, waiting for the GIL) made calls end late. Golden: 0.4 s before it + a runaway check must still
+    # end within 1.0 s (it ended at 0.4 + 1.0 - 0.05 = 1.35 s before).
+    verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30)  # warm
+    verifier.clear_symbolic_cache()
+    real = verifier.extract_answer
+    monkeypatch.setattr(verifier, "extract_answer", lambda text: (time.sleep(0.4), real(text))[1])
+    start = time.monotonic()
+    verdict = verify("Answer: 10^{10^{10}}", "\\pi", timeout_s=1.0)
+    assert verdict.error.startswith("time-out") and time.monotonic() - start < 1.0
