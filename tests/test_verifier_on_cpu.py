@@ -543,3 +543,21 @@ def test_the_time_limit_covers_the_whole_call_not_only_the_symbolic_step(monkeyp
     start = time.monotonic()
     verdict = verify("Answer: 10^{10^{10}}", "\\pi", timeout_s=1.0)
     assert verdict.error.startswith("time-out") and time.monotonic() - start < 1.0
+
+
+@pytest.mark.parametrize("body", ["", "We compute.\n\n", "so \\boxed{3}.\n", "x" * 3000 + "\n", "<|im_end|>\n"])
+@pytest.mark.parametrize(
+    "last_line",
+    [
+        "Answer: 42", "answer:   -3  ", "**Answer:** $\\frac{3}{4}$", "**Final Answer:** 7", "The final answer: 8",
+        "The  final answer: 8", "the final\tanswer: 8", "My final Answer\uff1a 9", "- Answer: * 5 *", "Answer:",
+        "Answer: **", "So the answer: 5", "Answer: the answer: 6", "Answer: \\boxed{4}", "Answer: 3 <|im_end|>",
+        "# ANSWER: 10", "Final** Answer: 11", "Answer: $$ 12 $$",
+    ],
+)
+def test_the_fast_last_line_path_gives_what_the_general_rules_give(body, last_line):
+    # The DAPO format "Answer: X" on the last line is read at once (issue 19 throughput); it must agree with
+    # the general rules (the tail window, then the whole response) on every ending, taken or not.
+    response = body + last_line
+    general = verifier._extract(verifier._before_special_tokens(response))[0]
+    assert extract_answer(response) == general

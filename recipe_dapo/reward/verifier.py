@@ -161,6 +161,11 @@ _MATH_BEFORE_ANSWER = re.compile(
 )
 _STATEMENT_END = re.compile(r"[ \t*]*(?:[.!]|\n|$)")
 _CONDITION = re.compile(r"\b(?:if|whether|check|verify|suppose|assume|assuming)\b", re.IGNORECASE)
+# A last line that is a strong Answer line (rule 1): "Answer: 42", "**Final Answer:** $x$", "The final answer: 7"
+# (the prefixes of _STRONG_PREFIXES exactly: "the  final" with two spaces is weak there, so it is left out here)
+_STRONG_LAST_LINE = re.compile(
+    r"[ \t*#>_-]*(?:(?:the |my )?final[ \t]*)?answer[ \t*]*[:\uff1a](.*)", re.IGNORECASE
+)
 _ANSWER_SPELLINGS = ("nswer", "NSWER")  # after "a" or "A"
 _MAX_LIST_CHARS = 2000
 _FIRST_WINDOW_CHARS = 512
@@ -177,25 +182,64 @@ def extract_answer(response: str) -> str:
     """The answer written in ``response`` (rules in the module docstring), stripped; ``""`` when none.
 
     Most answers are on the last line, so the last ``_FIRST_WINDOW_CHARS`` characters are read first; the
-    whole response only when they hold no decisive answer, and then only after a few ``str.rfind`` calls
-    found a marker in it (a response without any is answered at C speed, whatever its length)."""
+    whole response only when they hold no decisive answer, and then only after four ``str.rfind`` calls
+    found a marker in it (a response without any is answered at C speed, whatever its length). Where they
+    were found is reused when no special token cuts the response: each long scan is done once."""
+    last_line = _last_answer_line_fast(response)
+    if last_line:
+        return last_line
     if len(response) > _FIRST_WINDOW_CHARS:
         answer, decisive = _extract(_before_special_tokens(response[-_FIRST_WINDOW_CHARS:]))
-        if decisive or not _has_marker(response):
+        if decisive:
             return answer
+        marks = _Marks.of(response)
+        if marks.none():
+            return answer
+        text = _before_special_tokens(response)
+        return _extract(text, marks if text is response else None)[0]
     return _extract(_before_special_tokens(response))[0]
 
 
-def _has_marker(text: str) -> bool:
-    """Whether ``text`` has an ``answer`` (any of its spellings) or a box command anywhere."""
-    return any(marker in text for marker in _BOX_COMMANDS) or next(_answer_words(text), -1) >= 0
+def _last_answer_line_fast(response: str) -> str:
+    """The DAPO prompt's own format, at once: the last line is a strong ``Answer: X`` with no other marker
+    and no special token near it. Then rule 1 gives ``X`` whatever comes before (a box before a strong
+    Answer line loses to it), so this is :func:`_extract`'s answer for the few cases it accepts; ``""``
+    means "not this case", never "no answer"."""
+    line_start = response.rfind("\n") + 1
+    if len(response) - line_start > MAX_ANSWER_CHARS:
+        return ""
+    line = _STRONG_LAST_LINE.fullmatch(response, line_start)
+    if line is None:
+        return ""
+    content = line.group(1)
+    if "nswer" in content or "NSWER" in content:
+        return ""  # another marker in the line: the general rules
+    if _SPECIAL_TOKEN_START.search(response, max(0, len(response) - _FIRST_WINDOW_CHARS)):
+        return ""
+    return content.lstrip(" \t\r\n*").strip().strip("*").strip()
 
 
-def _extract(text: str) -> tuple[str, bool]:
+@dataclass(slots=True)
+class _Marks:
+    """The last ``nswer``/``NSWER`` (the cursors of :func:`_answer_words`) and the last box of a text."""
+
+    words: list[int]
+    box: int
+
+    @classmethod
+    def of(cls, text: str) -> _Marks:
+        return cls([text.rfind(spelling) for spelling in _ANSWER_SPELLINGS], _last_box_start(text))
+
+    def none(self) -> bool:
+        return self.box < 0 and max(self.words) < 0
+
+
+def _extract(text: str, marks: _Marks | None = None) -> tuple[str, bool]:
     """The answer in ``text`` and whether a text extending further back could not change it (it comes
-    from a box or a strong Answer line)."""
-    line, marker_start, line_end, strong = _last_answer_line(text)
-    box_start = _last_box_start(text)
+    from a box or a strong Answer line). ``marks``: :meth:`_Marks.of` ``text``, when already known."""
+    marks = marks or _Marks.of(text)
+    line, marker_start, line_end, strong = _last_answer_line(text, marks.words)
+    box_start = marks.box
     if line and (box_start < 0 or marker_start <= box_start < line_end or (strong and box_start < marker_start)):
         return line, strong or box_start >= 0
     boxed, first = _boxed_with_start(text, box_start)
@@ -218,11 +262,11 @@ def _before_special_tokens(text: str) -> str:
     return text
 
 
-def _answer_words(text: str):
+def _answer_words(text: str, last: list[int]):
     """Where ``answer`` (lower, title or upper case) starts in ``text``, last first: ``str.rfind`` cursors
-    for ``nswer`` and ``NSWER`` merged, so the text is read at C speed and never copied (``text.lower()`` of
-    a 70k-character response costs more than the rest of a verification)."""
-    cursors = [text.rfind(spelling) for spelling in _ANSWER_SPELLINGS]
+    for ``nswer`` and ``NSWER`` merged (``last``: where each was found last), so the text is read at C speed
+    and never copied (``text.lower()`` of a 70k-character response costs more than a whole verification)."""
+    cursors = list(last)
     for _ in range(_MAX_MARKER_CANDIDATES):
         which = 0 if cursors[0] >= cursors[1] else 1
         position = cursors[which]
@@ -233,13 +277,13 @@ def _answer_words(text: str):
         cursors[which] = text.rfind(_ANSWER_SPELLINGS[which], 0, position)
 
 
-def _last_answer_line(text: str) -> tuple[str, int, int, bool]:
+def _last_answer_line(text: str, last_words: list[int]) -> tuple[str, int, int, bool]:
     """The last Answer line: (its text, where its marker starts, where it ends, whether the marker is strong);
     ``("", -1, -1, False)`` when the last marker has no answer after it or there is none. The marker is the
     last ``answer:`` (or ``Answer $``); only when there is none, the last ``answer is`` or ``$...$ is our
     answer`` (always weak)."""
     last = phrase = None
-    for position in _answer_words(text):
+    for position in _answer_words(text, last_words):
         last = _ANSWER_MARKER.match(text, position)
         if last:
             break
