@@ -5,10 +5,11 @@ Pure Python (``re`` and ``fractions``); math-verify is used only for the symboli
 teaches the policy to cheat), so every rule below that could accept is exact or bounded, and anything
 undecided goes to the symbolic step or is wrong.
 
-Extraction (:func:`extract_answer`), on the whole response: its last 512 characters first, the rest only when
-they hold no decisive answer (a box or a strong Answer line) and a ``str.rfind`` finds a marker in it, so a
-response without any marker costs a few C-speed scans whatever its length (the reward manager first decodes
-only the last ``TAIL_CHARS`` characters and decodes more only when they hold no answer). Text from the
+Extraction (:func:`extract_answer`), on the whole response: a last line ``Answer: X`` at once (the DAPO
+prompt's format), else its last 512 characters first, the rest only when they hold no decisive answer (a box
+or a strong Answer line) and a ``str.rfind`` finds a marker in it, so a response without any marker costs a
+few C-speed scans whatever its length (the reward manager first decodes only the last ``TAIL_CHARS``
+characters and decodes more only when they hold no answer). Text from the
 first chat special token on (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``, ``</s>``)
 is not part of the response.
 
