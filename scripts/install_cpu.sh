@@ -2,6 +2,7 @@
 # Install recipe_dapo for a machine without a GPU into a virtual environment (default: .venv in the repo).
 #
 # Usage:  bash scripts/install_cpu.sh [EXTRAS]      EXTRAS defaults to "cpu"; the tests need "cpu,test".
+#         The "cpu" extra includes math-verify (the verifier's symbolic step).
 # Env:    VENV (where to create it), PYTHON_BIN (interpreter for the venv, default python3),
 #         TORCH_INDEX_URL (a pip index serving torch==2.13.0+cpu, e.g. PyTorch's CPU wheel index; not needed where
 #         pip already finds that wheel, as on this project's machines),
@@ -32,7 +33,7 @@ filter() { grep -v -E "^WARNING: Location '.*' is ignored" || true; }
 "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>&1 | filter
 
 "$VENV/bin/python" - <<'PY'
-import torch, transformers, verl, vllm  # noqa: F401  (fails loudly if the environment is broken)
+import math_verify, torch, transformers, verl, vllm  # noqa: F401  (fails loudly if the environment is broken)
 from transformers import Qwen2ForCausalLM  # noqa: F401
 from recipe_dapo.plugin import registered_components
 missing = [name for name, ok in registered_components().items() if not ok]

@@ -324,3 +324,87 @@ def test_reward_metrics_count_errors_time_outs_missing_answers_and_overlong():
         "overlong/penalized_ratio": 0.5,
         "overlong/reward_mean": -0.375,
     }
+
+
+def streamed_sample(tokenizer, response_ids: list[int], ground_truth) -> DataProto:
+    """One sample as the agent loop streams it: unpadded, all-ones attention mask."""
+    prompt = tokenizer("Solve it.", add_special_tokens=False)["input_ids"]
+    input_ids = torch.tensor([prompt + response_ids])
+    return DataProto.from_dict(
+        tensors={
+            "prompts": torch.tensor([prompt]),
+            "responses": torch.tensor([response_ids]),
+            "attention_mask": torch.ones_like(input_ids),
+            "input_ids": input_ids,
+            "position_ids": torch.arange(input_ids.shape[1])[None],
+        },
+        non_tensors={
+            "data_source": np.array(["math_dapo"], dtype=object),
+            "reward_model": np.array([{"ground_truth": ground_truth}], dtype=object),
+        },
+    )
+
+
+def test_an_answer_far_from_the_end_is_found_by_decoding_the_whole_response(tokenizer, base_config):
+    # issue 19 kind 6: the manager decodes the last TAIL_CHARS characters first; with no answer there it
+    # must decode the rest instead of scoring "no answer".
+    manager = get_reward_manager_cls("recipe_dapo")(base_config, tokenizer, compute_score=None)
+    text = "Answer: 42\n" + "Let me double-check everything once more. " * 120  # ~5,000 characters after it
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    result = asyncio.run(manager.run_single(streamed_sample(tokenizer, ids, "42")))
+    assert (result["reward_extra_info"]["acc"], result["reward_extra_info"]["pred"]) == (True, "42")
+
+
+def test_without_math_verify_the_manager_warns_at_start_up_and_counts_skipped_answers(
+    tokenizer, base_config, monkeypatch, caplog
+):
+    from recipe_dapo.reward import symbolic
+
+    monkeypatch.setattr(symbolic, "math_verify_installed", lambda: False)
+    rows = [
+        (response_ids(tokenizer, "Answer: 2\\sin(x)\\cos(x)", 20, True), "\\sin(2x)"),  # needs sympy
+        (response_ids(tokenizer, "Answer: x + x", 20, True), "2x"),  # decided by the rules
+        (response_ids(tokenizer, "Answer: 41", 20, True), "42"),
+    ]
+    with caplog.at_level("WARNING", logger="recipe_dapo.reward.manager"):
+        info = score_like_verl(base_config, padded_batch(tokenizer, rows)).non_tensor_batch
+    assert any("SYMBOLIC ANSWER CHECK IS OFF" in r.getMessage() for r in caplog.records)
+    assert info["symbolic_skipped"].tolist() == [True, False, False]
+    assert info["acc"].tolist() == [False, True, False]
+    assert reward_metrics(info)["reward/symbolic_skipped_count"] == 1.0
+
+
+def test_custom_function_time_outs_and_exceptions_are_logged_at_a_bounded_rate(
+    tokenizer, base_config, tmp_path, caplog
+):
+    # issue 17 item 6: time-outs were counted but never logged; every exception logged a full traceback
+    from recipe_dapo.reward import manager as manager_module
+
+    module = tmp_path / "slow_reward.py"
+    module.write_text(textwrap.dedent("""
+        import time
+
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            if "slow" in solution_str:
+                time.sleep(1.0)
+            raise ValueError("cannot parse " + solution_str[-3:])
+    """))
+    config = with_overrides(
+        base_config,
+        reward__custom_reward_function__path=str(module),
+        reward__reward_kwargs__custom_score_timeout_s=0.2,
+    )
+    manager_module._reward_failures.count = manager_module._custom_timeouts.count = 0
+    rows = [(response_ids(tokenizer, "slow", 10, True), "1")] + [
+        (response_ids(tokenizer, f"crash {i}", 10, True), "1") for i in range(12)
+    ]
+    with caplog.at_level("WARNING", logger="recipe_dapo.reward.manager"):
+        info = score_like_verl(config, padded_batch(tokenizer, rows)).non_tensor_batch
+    messages = [r.getMessage() for r in caplog.records]
+    assert info["verify_error"][0].startswith("time-out") and all(e.startswith("ValueError") for e in info["verify_error"][1:])
+    assert any("custom compute_score timed out" in m and "custom_score_timeout_s" in m for m in messages)
+    failures = [r for r in caplog.records if "reward computation failed" in r.getMessage()]
+    # 3 with tracebacks, then one summary line with the count instead of 9 more tracebacks
+    assert [r.exc_info is not None for r in failures] == [True, True, True, False]
+    assert "more since the last report (4 in all)" in failures[-1].getMessage()
+    assert manager_module._reward_failures.count == 12

@@ -15,10 +15,19 @@ Grammar (whitespace already removed by normalisation)::
     primary := number | "(" expr ")" | "{" expr "}" | "\\frac" group group | "\\sqrt" ("[" expr "]")? group
     group   := "{" expr "}" | one digit
 
+    primary := ... | "\\pi" | variable                                                    # with ``variables`` only
+
 Values are exact ``Fraction`` s while they can be (``\\sqrt`` of a perfect square stays exact) and ``float``
-otherwise (an irrational root, a huge power: ``10^{10^{10}}`` is ``inf``). Limits that keep every call
-cheap: at most ``MAX_TOKENS`` tokens, nesting ``MAX_DEPTH``, exact powers up to ``MAX_EXACT_BITS`` bits.
-Anything else (letters, commas, ``\\pi``, division by zero, ``nan``) gives ``None``: undecided.
+otherwise (an irrational root, ``\\pi``, a power too large to compute exactly: ``10^{10^{10}}`` is
+``inf``). Limits that keep every call cheap: at most ``MAX_TOKENS`` tokens, nesting ``MAX_DEPTH``, exact
+powers up to ``MAX_EXACT_BITS`` bits. Anything else (commas, other commands, division by zero, ``nan``)
+gives ``None``: undecided.
+
+Variables: with a ``variables`` mapping, a single letter (``x``, ``a_1`` is not one) takes the value given for
+it; two letters in a row (``xy``, or a word) are undecided. :func:`identical` evaluates two expressions at
+the same fixed rational points to decide identities such as ``x + x`` = ``2x`` without sympy: two rational
+functions that differ agree at a point chosen independently of them only on a set of measure zero, and
+:data:`POINTS` are unremarkable rationals.
 """
 
 from __future__ import annotations
@@ -29,22 +38,29 @@ from fractions import Fraction
 
 MAX_TOKENS = 200
 MAX_DEPTH = 32
-MAX_EXACT_BITS = 4096
+MAX_EXACT_BITS = 1 << 16  # 10^{2000} and 10^{2001} stay exact (and different)
 MAX_FACTORIAL = 170
 
 Number = Fraction | float
 
 _TOKEN = re.compile(r"(\d+(?:\.\d*)?|\.\d+)|(\\[A-Za-z]+)|(.)", re.DOTALL)
+_LETTER = re.compile(r"[A-Za-z]")
+
+POINTS = (
+    lambda index: Fraction(7 + 4 * index, 3 + 2 * index) + Fraction(1, 10 + index),
+    lambda index: Fraction(-11 - 3 * index, 5 + index) + Fraction(2, 17 + 3 * index),
+)
+"""Value of the ``index``-th variable (in alphabetical order) at the evaluation points of :func:`identical`."""
 _MULTIPLY = {"*", "\\cdot", "\\times"}
 _DIVIDE = {"/", "\\div"}
-_STARTS_PRIMARY = {"(", "{", "\\frac", "\\sqrt"}
+_STARTS_PRIMARY = {"(", "{", "\\frac", "\\sqrt", "\\pi"}
 
 
 class _Undecided(Exception):
     """The expression is outside the grammar or its bounds."""
 
 
-def evaluate(expression: str) -> Number | None:
+def evaluate(expression: str, variables: dict[str, Number] | None = None) -> Number | None:
     """The value of ``expression`` under the grammar above, or ``None`` when undecided.
 
     >>> evaluate("2^{10}"), evaluate("\\\\sqrt{1764}"), evaluate("-\\\\frac{3}{6}"), evaluate("x+1")
@@ -57,7 +73,7 @@ def evaluate(expression: str) -> Number | None:
             return None
     if not tokens:
         return None
-    parser = _Parser(tokens)
+    parser = _Parser(tokens, variables or {})
     try:
         value = parser.expr(0)
         if parser.position != len(tokens):
@@ -69,9 +85,43 @@ def evaluate(expression: str) -> Number | None:
     return value
 
 
+def letters(expression: str) -> set[str]:
+    """The single-letter variables of ``expression`` (letters outside ``\\commands``)."""
+    return {m.group(0) for m in _TOKEN.finditer(expression) if m.group(3) and _LETTER.fullmatch(m.group(3))}
+
+
+def identical(first: str, second: str) -> bool | None:
+    """Whether two expressions in the same variables are equal at every point of :data:`POINTS`: ``True``
+    (exactly equal, or within 1e-9 relative where a value is a float), ``False`` (different at a point),
+    ``None`` (undecided: outside the grammar, or a value too large for a float)."""
+    names = sorted(letters(first) | letters(second))
+    if not names:
+        return None
+    for point in POINTS:
+        assignment = {name: point(i) for i, name in enumerate(names)}
+        a, b = evaluate(first, assignment), evaluate(second, assignment)
+        if a is None or b is None:
+            return None
+        same = compare(a, b)
+        if same is not True:
+            return same
+    return True
+
+
+def compare(a: Number, b: Number) -> bool | None:
+    """``True``/``False`` when two values are decided equal or different (exactly when both are exact,
+    within 1e-9 relative otherwise); ``None`` when both overflowed to infinity of the same sign."""
+    if isinstance(a, Fraction) and isinstance(b, Fraction):
+        return a == b
+    if math.isinf(a) or math.isinf(b):
+        return None if a == b else False
+    return close_to(a, b)
+
+
 class _Parser:
-    def __init__(self, tokens: list[str]):
+    def __init__(self, tokens: list[str], variables: dict[str, Number]):
         self.tokens = tokens
+        self.variables = variables
         self.position = 0
 
     def peek(self) -> str | None:
@@ -105,7 +155,7 @@ class _Parser:
             elif token in _DIVIDE:
                 self.take()
                 value = _divide(value, self.unary(depth))
-            elif token is not None and (token in _STARTS_PRIMARY or _is_number(token)):
+            elif token is not None and (token in _STARTS_PRIMARY or _is_number(token) or token in self.variables):
                 value = value * self.unary(depth)  # 3\sqrt{2}, 2(5)
             else:
                 return value
@@ -114,6 +164,8 @@ class _Parser:
         token = self.peek()
         if token in ("+", "-"):
             self.take()
+            if self.peek() in ("+", "-"):
+                raise _Undecided("two signs in a row")  # "--33" is not a way to write 33
             value = self.unary(depth + 1)
             return -value if token == "-" else value
         return self.power(depth)
@@ -154,6 +206,14 @@ class _Parser:
             return Fraction(token)
         if token in ("(", "{"):
             return self.bracketed(depth)
+        if token in self.variables:
+            self.take()
+            if self.peek() in self.variables:
+                raise _Undecided("two letters in a row: a word or a product left to the symbolic step")
+            return self.variables[token]
+        if token == "\\pi" and self.variables is not None:
+            self.take()
+            return math.pi
         if token == "\\frac":
             self.take()
             numerator = self.group(depth + 1)
@@ -243,9 +303,13 @@ def _factorial(value: Number) -> Fraction:
 
 
 def close_to(value: Number, target: Number) -> bool:
-    """Floating-point closeness (relative 1e-9) used when one side is inexact; a value too large for a
-    float is only close to another such value."""
+    """Floating-point closeness (relative 1e-9) used when one side is inexact. An infinite value (a power
+    too large for a float) is close to nothing: two such values may still differ (``10^{10^{10}}`` and
+    ``10^{10^{10}+1}``)."""
     try:
-        return math.isclose(float(value), float(target), rel_tol=1e-9, abs_tol=1e-12)
+        a, b = float(value), float(target)
     except OverflowError:
         return False
+    if math.isinf(a) or math.isinf(b):
+        return False
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)

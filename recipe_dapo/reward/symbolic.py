@@ -1,21 +1,30 @@
-"""Symbolic answer equivalence with math-verify, in a child process that is killed at the time limit.
+"""Symbolic answer equivalence with math-verify, in child processes that are killed at the time limit.
 
-Why a process: sympy can run for minutes or exhaust memory on a hostile answer (``10^{10^{10}}``), and
+Why processes: sympy can run for minutes or exhaust memory on a hostile answer (``10^{10^{10}}``), and
 nothing inside a Python thread can stop it -- ``signal.alarm`` (math-verify's own time-out) works only in
 the main thread, while verl calls ``compute_score`` from a thread pool. A child process can be killed.
 
-Protocol: the parent writes one JSON line ``{"gold": str, "pred": str}`` to the child's stdin and reads one
-JSON line ``{"equal": bool}`` or ``{"error": str}`` from a private copy of the child's stdout (the child
-points its own fd 1 at stderr, so a library that prints cannot corrupt the channel). The child first sends
-``{"ready": true}`` once math-verify is imported. It caps its address space at ``CHILD_MEMORY_LIMIT_MB``
-and exits when the parent goes away.
+Layout: one *template* process imports math-verify once (about 0.5-2 s, more under load) and then only
+forks *checkers* on request, so a checker is ready in milliseconds (copy-on-write) whenever one is needed:
 
-A spare child, already past its import of math-verify (about 0.5-2 s), replaces a killed one at once. The
-time limit covers waiting for a replacement that is still importing; only the first check of a process
-may wait longer, up to ``STARTUP_TIMEOUT_S``, for the first child (the reward manager starts it early).
+- up to ``max_checkers`` checkers answer in parallel, one check at a time each, so threads of this process
+  do not queue behind one another (issue 19: 14.7 s worst call with 4 threads on one checker);
+- a checker that runs past the limit is killed and the next check forks a fresh one from the template,
+  which never runs a check itself: no check waits for a replacement to import math-verify (no cascade of
+  time-outs after one hard answer);
+- the limit of a check covers all of it -- waiting for a free checker, forking one, the check itself --
+  except that the first check of a process may wait up to ``startup_timeout_s`` for the template's import
+  (the reward manager starts the template at construction, so that is normally done before step 1).
 
-This file imports nothing outside the standard library at module level: the child runs it as a script
-(``python symbolic.py``), which works wherever the parent runs. POSIX only (``select`` on pipes), like verl.
+Protocol: the parent and the template share a Unix socket; per new checker the parent sends one end of a
+fresh socket pair (``SCM_RIGHTS``), the template forks and replies with the checker's pid. On its socket a
+checker reads one JSON line ``{"gold": str, "pred": str}`` and answers ``{"equal": bool}`` or
+``{"error": str}``. Processes print nothing on the channels (fd 1 points at stderr), cap their address space
+at ``CHILD_MEMORY_LIMIT_MB``, and exit when the parent goes away (their socket reaches end of file).
+
+This file imports nothing outside the standard library at module level: the template runs it as a script
+(``python symbolic.py``), which works wherever the parent runs. POSIX only (``fork``, ``SCM_RIGHTS``), like
+verl.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ import json
 import logging
 import os
 import select
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -35,14 +46,18 @@ import time
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 60.0
-"""How long to wait for a (re)started child to import math-verify."""
+"""How long the first check of a process may wait for the template to import math-verify."""
 
-KILL_RESERVE_S = 0.05
-"""Part of the time limit kept for noticing the time-out and killing the child, so the caller gets control
-back within the limit."""
+KILL_RESERVE_S = 0.25
+"""Part of the time limit kept for noticing the time-out, killing the checker and returning, so that the
+whole call ends within the limit. With 0.05 s, 4 threads on 2 busy cores ended calls up to 0.16 s late
+(``bench/verifier_agreement.py``): the thread that wakes at the deadline waits for the GIL and the CPU."""
 
 CHILD_MEMORY_LIMIT_MB = 2048
-"""Address-space cap of the child: a runaway sympy expansion fails with MemoryError instead of swapping."""
+"""Address-space cap of each checker: a runaway sympy expansion fails with MemoryError instead of swapping."""
+
+MAX_CHECKERS = max(4, min(8, os.cpu_count() or 4))
+"""Checkers of one process that may run at once (verl's reward loop calls from a thread pool)."""
 
 
 class SymbolicCheckError(RuntimeError):
@@ -60,153 +75,266 @@ def math_verify_installed() -> bool:
 
 
 class SymbolicChecker:
-    """math-verify children shared by the threads of this process: one answers (one check at a time), one
-    spare has imported math-verify already and takes over the moment a check is killed."""
+    """A template process and the checkers it forks, shared by the threads of this process."""
 
-    def __init__(self, startup_timeout_s: float = STARTUP_TIMEOUT_S, memory_limit_mb: int = CHILD_MEMORY_LIMIT_MB):
+    def __init__(
+        self,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        memory_limit_mb: int = CHILD_MEMORY_LIMIT_MB,
+        max_checkers: int = MAX_CHECKERS,
+    ):
         self.startup_timeout_s = startup_timeout_s
         self.memory_limit_mb = memory_limit_mb
-        self.kills = 0  # children killed after a time-out or failure
-        self._lock = threading.Lock()
-        self._active: _Child | None = None
-        self._spare: _Child | None = None
+        self.max_checkers = max_checkers
+        self.kills = 0  # checkers killed after a time-out or failure
+        self._condition = threading.Condition()
+        self._fork_lock = threading.Lock()
+        self._template: _Template | None = None
+        self._idle: list[_Checker] = []
+        self._busy = 0
         self._ever_ready = False
 
     def start(self) -> None:
-        """Start the children in the background if they are not running (returns at once)."""
-        with self._lock:
+        """Start the template in the background if it is not running (returns at once)."""
+        with self._condition:
             try:
-                self._active_locked()
+                self._template_locked()
             except OSError:  # e.g. no memory to fork: checks will try again and report their error
                 logger.warning("could not start the math-verify checker", exc_info=True)
 
     def equivalent(self, gold: str, pred: str, timeout_s: float) -> bool:
-        """Whether math-verify finds ``pred`` equal to ``gold``; raises :class:`SymbolicCheckError`.
-
-        ``timeout_s`` bounds the wait for the answer, counted once this process holds the checker (a check
-        queued behind another one in this process waits for it first). Only the first check of a process
-        may also wait up to ``startup_timeout_s`` for the first child to import math-verify.
-        """
+        """Whether math-verify finds ``pred`` equal to ``gold``; raises :class:`SymbolicCheckError`
+        (:class:`SymbolicTimeout` when ``timeout_s`` ran out, waiting for a free checker included)."""
         if not math_verify_installed():
             raise SymbolicCheckError("math-verify is not installed: pip install 'recipe_dapo[math]'")
         request = (json.dumps({"gold": gold, "pred": pred}) + "\n").encode("ascii")
-        with self._lock:
-            deadline = time.monotonic() + max(0.0, timeout_s - KILL_RESERVE_S)
-            child = self._active_locked()
-            try:
-                if not child.ready and not self._ever_ready:  # first child of this process: a one-off wait
-                    child.wait_ready(time.monotonic() + self.startup_timeout_s)
-                    deadline = time.monotonic() + max(0.0, timeout_s - KILL_RESERVE_S)
-                child.wait_ready(deadline)  # a replacement still importing math-verify uses up the limit
-                self._ever_ready = True
-            except SymbolicTimeout:
-                if not self._ever_ready:  # no child has come up in startup_timeout_s: something is broken
-                    self._discard_active_locked()
-                raise  # else the replacement is healthy, just slow to import: leave it be
-            except (OSError, ValueError, SymbolicCheckError) as error:
-                self._discard_active_locked()
-                raise SymbolicCheckError(
-                    f"symbolic checker failed to start: {type(error).__name__}: {error}"
-                ) from error
-            try:
-                child.send(request)
-                reply = child.read_reply(deadline, "checking")
-            except SymbolicTimeout:
-                self._discard_active_locked()
-                raise
-            except (OSError, ValueError, SymbolicCheckError) as error:
-                self._discard_active_locked()
-                raise SymbolicCheckError(f"symbolic checker failed: {type(error).__name__}: {error}") from error
+        checker, deadline = self._acquire(timeout_s)
+        try:
+            checker.send(request)
+            reply = checker.read_reply(deadline)
+        except SymbolicTimeout:
+            self._discard(checker)
+            raise
+        except (OSError, ValueError, SymbolicCheckError) as error:
+            self._discard(checker)
+            raise SymbolicCheckError(f"symbolic checker failed: {type(error).__name__}: {error}") from error
+        self._release(checker)
         if "error" in reply:
             raise SymbolicCheckError(f"math-verify error: {reply['error']}")
         return bool(reply["equal"])
 
     def close(self) -> None:
-        """Stop the children (they also stop by themselves when this process exits)."""
-        with self._lock:
-            for child in (self._active, self._spare):
-                if child is not None:
-                    child.kill(reap_in_background=False)
-            self._active = self._spare = None
+        """Stop the template and the checkers (they also stop by themselves when this process exits)."""
+        with self._condition:
+            for checker in self._idle:
+                checker.kill()
+            self._idle = []
+            if self._template is not None:
+                self._template.kill()
+                self._template = None
 
-    def _active_locked(self) -> _Child:
-        if self._active is None or not self._active.alive():
-            if self._active is not None:
-                self._active.kill()
-            spare_ok = self._spare is not None and self._spare.alive()
-            self._active = self._spare if spare_ok else _Child(self.memory_limit_mb)
-            self._spare = None
-        if self._spare is None or not self._spare.alive():
-            self._spare = _Child(self.memory_limit_mb)
-        return self._active
+    # --- pool ---------------------------------------------------------------------------------------
 
-    def _discard_active_locked(self) -> None:
-        self.kills += 1
-        if self._active is not None:
-            self._active.kill()
-            self._active = None
-        self._active_locked()  # promote the spare now and start a new spare in the background
+    def _acquire(self, timeout_s: float) -> tuple[_Checker, float]:
+        """A free checker (forked when none is idle and fewer than ``max_checkers`` are busy) and the
+        deadline of this check."""
+        start = time.monotonic()
+        deadline = start + max(0.0, timeout_s - KILL_RESERVE_S)
+        with self._condition:
+            template = self._template_locked()
+            if not template.ready:
+                # Only the first check of a process may wait for the import; later ones wait within the limit.
+                wait_until = start + self.startup_timeout_s if not self._ever_ready else deadline
+                try:
+                    template.wait_ready(wait_until)
+                except SymbolicCheckError as error:
+                    if not isinstance(error, SymbolicTimeout) or not self._ever_ready:
+                        self._drop_template_locked()
+                    if isinstance(error, SymbolicTimeout):
+                        raise SymbolicTimeout("time-out: symbolic checker still starting at the limit") from None
+                    raise SymbolicCheckError(f"symbolic checker failed to start: {error}") from error
+                if not self._ever_ready:
+                    self._ever_ready = True
+                    deadline = time.monotonic() + max(0.0, timeout_s - KILL_RESERVE_S)
+            checker = None
+            while True:
+                while self._idle and not self._idle[-1].alive():
+                    self._idle.pop().kill()
+                if self._idle:
+                    checker = self._idle.pop()
+                    break
+                if self._busy < self.max_checkers:
+                    break  # a slot for a new checker, forked below without holding the pool's lock
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SymbolicTimeout(f"time-out: all {self.max_checkers} symbolic checkers busy until the limit")
+                self._condition.wait(remaining)
+            self._busy += 1
+        if checker is None:
+            try:
+                checker = self._fork(template, deadline)
+            except BaseException:
+                with self._condition:
+                    self._busy -= 1
+                    self._condition.notify()
+                raise
+        return checker, deadline
+
+    def _fork(self, template: _Template, deadline: float) -> _Checker:
+        """A new checker from ``template``; one fork at a time (they share its socket), each thread waiting
+        for its turn only until its own deadline, so a slow fork holds up no release and no other limit."""
+        if not self._fork_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise SymbolicTimeout("time-out: waiting to fork a symbolic checker at the limit")
+        try:
+            return template.fork(deadline)
+        except SymbolicTimeout:
+            raise SymbolicTimeout("time-out: forking a symbolic checker at the limit") from None
+        except (OSError, ValueError, SymbolicCheckError) as error:
+            with self._condition:
+                if self._template is template:
+                    self._drop_template_locked()
+            raise SymbolicCheckError(f"symbolic checker failed to start: {error}") from error
+        finally:
+            self._fork_lock.release()
+
+    def _release(self, checker: _Checker) -> None:
+        with self._condition:
+            self._busy -= 1
+            self._idle.append(checker)
+            self._condition.notify()
+
+    def _discard(self, checker: _Checker) -> None:
+        checker.kill()
+        with self._condition:
+            self.kills += 1
+            self._busy -= 1
+            self._condition.notify()
+
+    def _template_locked(self) -> _Template:
+        if self._template is None or not self._template.alive():
+            if self._template is not None:
+                self._template.kill()
+            self._template = _Template(self.memory_limit_mb)
+        return self._template
+
+    def _drop_template_locked(self) -> None:
+        if self._template is not None:
+            self._template.kill()
+            self._template = None
 
 
-class _Child:
-    """One ``python symbolic.py`` process and its reply channel."""
+class _Template:
+    """The ``python symbolic.py`` process that imported math-verify and forks checkers."""
 
     def __init__(self, memory_limit_mb: int):
-        self.process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), str(memory_limit_mb)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-        )
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), str(memory_limit_mb), str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                close_fds=True,
+            )
+        finally:
+            theirs.close()
         self.ready = False
-        self._buffer = b""
+        self._late_replies = 0
+        self._reader = _LineReader(self.control)
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def wait_ready(self, deadline: float) -> None:
         if not self.ready:
-            self.read_reply(deadline, "starting")
+            self._reader.read(deadline, "starting")
             self.ready = True
 
-    def send(self, request: bytes) -> None:
-        self.process.stdin.write(request)
-        self.process.stdin.flush()
+    def fork(self, deadline: float) -> _Checker:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            socket.send_fds(self.control, [b"F"], [theirs.fileno()])
+        finally:
+            theirs.close()
+        try:
+            while self._late_replies:  # replies to forks that timed out: those checkers saw EOF and exited
+                self._reader.read(deadline, "forking a checker")
+                self._late_replies -= 1
+            reply = self._reader.read(deadline, "forking a checker")
+        except SymbolicTimeout:
+            ours.close()
+            self._late_replies += 1
+            raise
+        except SymbolicCheckError:
+            ours.close()
+            raise
+        if "pid" not in reply:
+            ours.close()
+            raise SymbolicCheckError(f"template could not fork a checker: {reply.get('error', reply)}")
+        return _Checker(ours, int(reply["pid"]))
 
-    def read_reply(self, deadline: float, what: str) -> dict:
-        fd = self.process.stdout.fileno()
+    def kill(self) -> None:
+        if self.alive():
+            self.process.kill()
+        self.control.close()
+        threading.Thread(target=_reap, args=(self.process,), daemon=True, name="reap-symbolic-template").start()
+
+
+class _Checker:
+    """One forked checker: its socket and pid (a child of the template, which reaps it)."""
+
+    def __init__(self, sock: socket.socket, pid: int):
+        self.sock = sock
+        self.pid = pid
+        self._reader = _LineReader(sock)
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except OSError:
+            return False
+        return self.sock.fileno() >= 0
+
+    def send(self, request: bytes) -> None:
+        self.sock.sendall(request)
+
+    def read_reply(self, deadline: float) -> dict:
+        return self._reader.read(deadline, "checking")
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class _LineReader:
+    """JSON lines from a socket, each read with a deadline."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._buffer = b""
+
+    def read(self, deadline: float, what: str) -> dict:
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SymbolicTimeout(f"time-out: symbolic checker still {what} at the limit")
-            readable, _, _ = select.select([fd], [], [], remaining)
+            readable, _, _ = select.select([self.sock], [], [], remaining)
             if readable:
-                chunk = os.read(fd, 65536)
+                chunk = self.sock.recv(65536)
                 if not chunk:
-                    raise SymbolicCheckError(f"symbolic checker exited (code {self.process.wait()}) while {what}")
+                    raise SymbolicCheckError(f"symbolic checker exited while {what}")
                 self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)
-
-    def kill(self, reap_in_background: bool = True) -> None:
-        if self.alive():
-            self.process.kill()
-        if reap_in_background:  # a child that grabbed gigabytes takes a while to die; don't make the caller wait
-            threading.Thread(target=_reap, args=(self.process,), daemon=True, name="reap-symbolic-checker").start()
-        else:
-            _reap(self.process)
 
 
 def _reap(process: subprocess.Popen) -> None:
     try:
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:  # pragma: no cover - a killed process that does not die
-        logger.warning("symbolic checker pid %d did not exit after SIGKILL", process.pid)
-    for stream in (process.stdin, process.stdout):
-        try:
-            stream.close()
-        except OSError:
-            pass
+        logger.warning("symbolic checker template pid %d did not exit after SIGKILL", process.pid)
 
 
 _default_checker: SymbolicChecker | None = None
@@ -233,33 +361,64 @@ def default_checker() -> SymbolicChecker:
         return _default_checker
 
 
-# --- the child -----------------------------------------------------------------------------------------
+# --- the template and its checkers -----------------------------------------------------------------
 
 
-def _serve(memory_limit_mb: int) -> None:
-    """Child main loop: answer requests from stdin until EOF."""
+def _serve_template(memory_limit_mb: int, control_fd: int) -> None:
+    """Template main loop: import math-verify, then fork one checker per request until end of file."""
     # Run as a script, Python put this file's folder first on sys.path, where our settings.py, metrics.py
     # ... would shadow any top-level module of the same name that sympy or math-verify might import.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    reply_fd = os.dup(1)
-    os.dup2(2, 1)  # anything printed by a library goes to stderr, not into the protocol
-    reply = os.fdopen(reply_fd, "w", buffering=1, encoding="ascii")
-    _limit_memory(memory_limit_mb)
-    _exit_when_orphaned()
+    os.dup2(2, 1)  # anything printed by a library goes to stderr
+    control = socket.socket(fileno=control_fd)
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    try:
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-    targets = [LatexExtractionConfig(), ExprExtractionConfig()]
+        targets = [LatexExtractionConfig(), ExprExtractionConfig()]
+        verify(parse("$x+1$", extraction_config=targets), parse("$1+x$", extraction_config=targets))  # warm up
+    except BaseException as error:  # noqa: BLE001 - tell the parent why, then exit
+        control.sendall((json.dumps({"error": f"{type(error).__name__}: {error}"[:300]}) + "\n").encode())
+        return
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # checkers are reaped by the kernel
+    control.sendall(b'{"ready": true}\n')
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 16, 1)
+        except OSError:
+            return
+        if not message or not fds:
+            return  # the parent is gone
+        try:
+            pid = os.fork()
+        except OSError as error:
+            os.close(fds[0])
+            control.sendall((json.dumps({"error": f"fork failed: {error}"}) + "\n").encode())
+            continue
+        if pid == 0:
+            control.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _limit_memory(memory_limit_mb)
+            try:
+                _serve_checks(socket.socket(fileno=fds[0]), parse, verify, targets)
+            finally:
+                os._exit(0)
+        os.close(fds[0])
+        control.sendall((json.dumps({"pid": pid}) + "\n").encode())
+
+
+def _serve_checks(sock: socket.socket, parse, verify, targets) -> None:
+    """Checker main loop: answer requests from the socket until end of file."""
 
     @functools.lru_cache(maxsize=4096)
     def parsed(expression: str):
         # No inner time-out: math-verify's would turn a time-out into a silent "not equal"; the parent kills us.
         return parse(f"${expression}$", extraction_config=targets, parsing_timeout=None)
 
-    reply.write(json.dumps({"ready": True}) + "\n")
-    for line in sys.stdin:
+    reader = sock.makefile("rb")
+    for line in reader:
         try:
             request = json.loads(line)
             gold, pred = parsed(request["gold"]), parsed(request["pred"])
@@ -267,7 +426,7 @@ def _serve(memory_limit_mb: int) -> None:
             answer = {"equal": bool(equal)}
         except BaseException as error:  # noqa: BLE001 - report MemoryError/RecursionError, keep serving
             answer = {"error": f"{type(error).__name__}: {error}"[:300]}
-        reply.write(json.dumps(answer) + "\n")
+        sock.sendall((json.dumps(answer) + "\n").encode("ascii"))
 
 
 def _limit_memory(memory_limit_mb: int) -> None:
@@ -280,16 +439,5 @@ def _limit_memory(memory_limit_mb: int) -> None:
         pass
 
 
-def _exit_when_orphaned() -> None:
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True, name="exit-when-orphaned").start()
-
-
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]) if len(sys.argv) > 1 else CHILD_MEMORY_LIMIT_MB)
+    _serve_template(int(sys.argv[1]), int(sys.argv[2]))
