@@ -316,6 +316,8 @@ def rule_model_path(config: DictConfig, report: CheckReport) -> Iterable[str]:
     if os.path.isdir(path):
         if not os.path.exists(os.path.join(path, "config.json")):
             yield f"actor_rollout_ref.model.path={path} has no config.json; point it at a Hugging Face model folder"
+    elif os.path.isabs(path) and not report.dry_run:  # a folder path, not a hub id: at start-up it must exist
+        yield f"actor_rollout_ref.model.path={path} does not exist; point it at a Hugging Face model folder"
     else:
         report.not_checked.append(f"actor_rollout_ref.model.path: {path} (not a local folder; not checked here)")
 
@@ -360,12 +362,18 @@ def prompt_limit(config: DictConfig) -> tuple[int, str]:
     return data_limit, "data.max_prompt_length"
 
 
+def tokenizer_key(config: DictConfig) -> str:
+    """The key that names the tokenizer: ``tokenizer_path`` when set, else the model path."""
+    key = "tokenizer_path" if _select(config, "actor_rollout_ref.model.tokenizer_path") else "path"
+    return f"actor_rollout_ref.model.{key}"
+
+
 def tokenizer_path(config: DictConfig) -> str:
     model = _select(config, "actor_rollout_ref.model")
     return str(model.get("tokenizer_path") or model.path)
 
 
-def _prompt_length_problems(config: DictConfig, problems: list[str]) -> None:
+def _prompt_length_problems(config: DictConfig, problems: list[str], report: CheckReport) -> None:
     """Count every prompt's tokens with the model's tokenizer (``recipe_dapo.data.prompt_length``).
 
     Over the limit, verl's rollout would keep each prompt's last tokens and cut its question away. Refused,
@@ -391,11 +399,18 @@ def _prompt_length_problems(config: DictConfig, problems: list[str]) -> None:
     if not files:
         return
     model = _select(config, "actor_rollout_ref.model")
+    path = os.path.expanduser(tokenizer_path(config))
+    local = os.path.isdir(path)
     try:
         tokenizer = load_tokenizer(
-            tokenizer_path(config), bool(model.get("trust_remote_code", False)), model.get("custom_chat_template")
+            path, bool(model.get("trust_remote_code", False)), model.get("custom_chat_template"), local_files_only=not local
         )
     except Exception as exc:  # transformers raises OSError, ValueError, ... for a bad path
+        if not local:  # a hub id not in the cache: the check never downloads (verl's workers will)
+            report.not_checked.append(f"{tokenizer_key(config)}: {path} (not a local folder nor in the Hugging Face "
+                                      "cache: prompt tokens not counted before start)")
+            logger.warning("prompt tokens not counted at start-up: %s is not a local folder nor cached", path)
+            return
         problems.append(
             f"actor_rollout_ref.model.path={model.path}: cannot load its tokenizer to count prompt tokens "
             f"({type(exc).__name__}: {exc}); point it (or actor_rollout_ref.model.tokenizer_path) at a model folder"
@@ -452,11 +467,10 @@ def rule_prompt_lengths(config: DictConfig, report: CheckReport) -> Iterable[str
     run a tokenizer that is not a local folder is never fetched: "not checked"."""
     path = os.path.expanduser(tokenizer_path(config))
     if report.dry_run and not os.path.isdir(path):
-        key = "tokenizer_path" if _select(config, "actor_rollout_ref.model.tokenizer_path") else "path"
-        report.not_checked.append(f"actor_rollout_ref.model.{key}: {path} (not a local folder: prompt tokens not counted here)")
+        report.not_checked.append(f"{tokenizer_key(config)}: {path} (not a local folder: prompt tokens not counted here)")
         return []
     problems: list[str] = []
-    _prompt_length_problems(config, problems)
+    _prompt_length_problems(config, problems, report)
     return problems
 
 

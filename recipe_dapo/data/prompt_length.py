@@ -166,11 +166,15 @@ def overlong_error(lengths: PromptLengths, limit_key: str, fix: str, shown: int 
     return RLDataError(lengths.path, row, "prompt", problem, fix.format(longest=longest))
 
 
-def load_tokenizer(path: str, trust_remote_code: bool = False, custom_chat_template: str | None = None):
-    """The tokenizer verl's workers use (``HFModelConfig``: ``hf_tokenizer`` plus ``custom_chat_template``)."""
+def load_tokenizer(
+    path: str, trust_remote_code: bool = False, custom_chat_template: str | None = None, local_files_only: bool = False
+):
+    """The tokenizer verl's workers use (``HFModelConfig``: ``hf_tokenizer`` plus ``custom_chat_template``);
+    ``local_files_only`` never reaches the network (a hub id must then be in the Hugging Face cache)."""
     from verl.utils import hf_tokenizer
 
-    tokenizer = hf_tokenizer(os.path.expanduser(path), trust_remote_code=trust_remote_code)
+    extra = {"local_files_only": True} if local_files_only else {}
+    tokenizer = hf_tokenizer(os.path.expanduser(path), trust_remote_code=trust_remote_code, **extra)
     if custom_chat_template is not None:
         tokenizer.chat_template = custom_chat_template
     return tokenizer
