@@ -15,7 +15,7 @@ awake with the actor's current weights for every generation, asleep while the ac
 
 Everything else (workers, weight sync, checkpoints, validation generation, metric helpers) is the base
 class's; the algorithmic decisions live in pure modules (``dynamic_sampling``, ``overlong``,
-``metrics``). Settings the recipe does not support are refused at start-up (``preflight``).
+``validation_metrics``). Settings the recipe does not support are refused at start-up (``preflight``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from recipe_dapo.dynamic_sampling import (
     collect_step,
     trajectory_metric,
 )
-from recipe_dapo.metrics import (
+from recipe_dapo.validation_metrics import (
     equal_samples_per_problem,
     headline_metrics,
     validation_problem_metrics,
@@ -370,7 +370,7 @@ class RayDAPOTrainer(RayPPOTrainer):
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
         """verl's validation metrics over every problem, plus what papers report per source: mean@k, pass@k, maj@k.
 
-        verl's metrics get k samples of every problem (``recipe_dapo.metrics`` says why); the headline
+        verl's metrics get k samples of every problem (``recipe_dapo.validation_metrics`` says why); the headline
         ``val-core/<source>/acc/mean@k`` is the per-problem mean over all samples of every problem.
         """
         equal = equal_samples_per_problem(data_sources, sample_uids, reward_extra_infos_dict)
