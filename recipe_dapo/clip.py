@@ -25,12 +25,7 @@ class ClipBounds:
 
 def clip_problems(actor: Any) -> list[str]:
     """Every problem with the actor's clip settings (``clip_ratio_low`` / ``_high`` fall back to ``clip_ratio``)."""
-    clip_ratio = actor.get("clip_ratio", 0.2)
-    eps_low = actor.get("clip_ratio_low", None)
-    eps_high = actor.get("clip_ratio_high", None)
-    eps_low = clip_ratio if eps_low is None else eps_low
-    eps_high = clip_ratio if eps_high is None else eps_high
-    clip_ratio_c = actor.get("clip_ratio_c", 3.0)
+    eps_low, eps_high, clip_ratio_c = _configured(actor)
     if eps_low is None or eps_high is None:
         return [
             f"{ACTOR}.clip_ratio_low / clip_ratio_high are not set: set both (the paper uses 0.2 and 0.28), or "
@@ -62,10 +57,11 @@ def clip_bounds(actor: Any) -> ClipBounds:
     problems = clip_problems(actor)
     if problems:
         raise ValueError("; ".join(problems))
+    return ClipBounds(*(float(value) for value in _configured(actor)))
+
+
+def _configured(actor: Any) -> tuple:
+    """(eps_low, eps_high, clip_ratio_c) as configured, the bounds falling back to ``clip_ratio`` as in verl."""
     clip_ratio = actor.get("clip_ratio", 0.2)
     low, high = actor.get("clip_ratio_low", None), actor.get("clip_ratio_high", None)
-    return ClipBounds(
-        float(clip_ratio if low is None else low),
-        float(clip_ratio if high is None else high),
-        float(actor.get("clip_ratio_c", 3.0)),
-    )
+    return (clip_ratio if low is None else low, clip_ratio if high is None else high, actor.get("clip_ratio_c", 3.0))
