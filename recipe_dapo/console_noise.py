@@ -40,6 +40,11 @@ class Noise:
 
 NOISE: tuple[Noise, ...] = (
     Noise(
+        r"target_num_threads \d+ should not exceed total physical CPU cores",
+        "transfer_queue.utils.common, logger.warning on every TransferQueue call (trainer.use_v1=true)",
+        "TransferQueue sizes its thread pool for a big node and caps it at the cores it finds, as intended",
+    ),
+    Noise(
         r"(torchtitan|veomni|automodel|mindspeed|megatron) engine is not available",
         "verl.workers.engine, warnings.warn at import, in every process (5 engines x 2 lines each)",
         "optional training engines the recipe never uses (it trains with FSDP)",

@@ -4,7 +4,9 @@ Hydra composes ``config/dapo_trainer.yaml`` (verl's ``ppo_trainer`` + DAPO defau
 ``sampling=`` and ``platform=`` groups); the recipe checks the configuration (``preflight``: the same rules as
 ``DRY_RUN=1``) before Ray, vLLM or a worker starts, and refuses a bad one with every problem listed and exit
 status 1; then verl's ``run_ppo`` starts Ray and runs
-:class:`recipe_dapo.task_runner.DAPOTaskRunner`, which trains with :class:`recipe_dapo.trainer.RayDAPOTrainer`.
+:class:`recipe_dapo.task_runner.DAPOTaskRunner`, which trains with :class:`recipe_dapo.trainer.RayDAPOTrainer`, or with
+``trainer.use_v1=true`` :class:`recipe_dapo.v1.task_runner.DAPOTaskRunnerV1` and :class:`recipe_dapo.v1.trainer.DAPOTrainerV1`
+on verl's v1 trainer. The start-up log says which, and why.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 import recipe_dapo.config  # noqa: E402,F401  (registers what Hydra needs to compose the config)
 from recipe_dapo.cpu.memory import apply_cpu_kv_cache  # noqa: E402
-from recipe_dapo.preflight import DAPOConfigError, PluginNotLoadedError, check_config  # noqa: E402
+from recipe_dapo.preflight import DAPOConfigError, PluginNotLoadedError, check_config, trainer_in_use  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +34,14 @@ def run(config: DictConfig) -> None:
     """Check the configuration, then train (verl's run_ppo starts Ray and the task runner)."""
     apply_cpu_kv_cache(config)  # platform=cpu: vLLM's KV cache sized in GiB from the run's shapes
     check_config(config, where="the driver")
+    print(trainer_in_use(config), flush=True)
     from verl.trainer.main_ppo import run_ppo
 
-    from recipe_dapo.task_runner import DAPOTaskRunner
-
-    run_ppo(config, task_runner_class=DAPOTaskRunner)
+    if config.trainer.use_v1:
+        from recipe_dapo.v1.task_runner import DAPOTaskRunnerV1 as runner
+    else:
+        from recipe_dapo.task_runner import DAPOTaskRunner as runner
+    run_ppo(config, task_runner_class=runner)
 
 
 @hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)

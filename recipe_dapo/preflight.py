@@ -92,12 +92,57 @@ def _paths(value) -> list[str]:
 # ----------------------------------------------------------------------------- tier 1: no verl import
 
 
+V1_TRAINER_MODES = ("sync",)
+V1_SAMPLER = ("pkg://recipe_dapo.v1.replay_buffer", "DAPOReplayBuffer")
+
+
 def rule_trainer(config: DictConfig, report: CheckReport) -> Iterable[str]:
-    if _select(config, "trainer.use_v1", False):
+    """trainer.use_v1=true runs the recipe on verl's v1 trainer, in the modes the recipe's sampler supports."""
+    if not _select(config, "trainer.use_v1", False):
+        return
+    mode = _select(config, "trainer.v1.trainer_mode", "sync")
+    if mode not in V1_TRAINER_MODES:
         yield (
-            "trainer.use_v1=true: recipe_dapo trains with verl's classic trainer (RayDAPOTrainer); verl's v1 "
-            "trainer would be bypassed silently, so the recipe refuses it; set trainer.use_v1=false"
+            f"trainer.v1.trainer_mode={mode}: the recipe's DAPO sampler runs on verl's v1 trainer in mode sync only. "
+            f"{mode} keeps prompts generating across weight updates and picks batches by verl's off-policy "
+            "threshold, while the sampler drains in-flight prompts before each update and bounds carried-over groups "
+            "by dapo.dynamic_sampling.max_staleness in whole steps. Set trainer.v1.trainer_mode=sync, or "
+            "trainer.use_v1=false (the classic trainer)"
         )
+    sampler = (_select(config, "trainer.v1.sampler.custom_sampler.path", None),
+               _select(config, "trainer.v1.sampler.custom_sampler.name", None))
+    if sampler != V1_SAMPLER:
+        yield (
+            f"trainer.v1.sampler.custom_sampler is {sampler[0]}:{sampler[1]}; the recipe's v1 trainer samples with "
+            f"{V1_SAMPLER[0]}:{V1_SAMPLER[1]} (its dynamic sampling); remove the override"
+        )
+    if _select(config, "reward.reward_model.enable", False) and not _select(
+        config, "reward.reward_model.enable_resource_pool", False
+    ):
+        yield (
+            "reward.reward_model.enable=true with a colocated reward model: on verl's v1 trainer groups are judged "
+            "while they generate, which needs the reward at sampling time; set "
+            "reward.reward_model.enable_resource_pool=true or trainer.use_v1=false"
+        )
+    if _select(config, "algorithm.filter_groups.metric", None) == "seq_final_reward":
+        yield (
+            "algorithm.filter_groups.metric=seq_final_reward: on verl's v1 trainer groups are judged before the KL "
+            "penalty is applied; use seq_reward (the same without the KL term), acc or score"
+        )
+
+
+def trainer_in_use(config: DictConfig) -> str:
+    """One line for the start-up log: which trainer runs this configuration, and why."""
+    if _select(config, "trainer.use_v1", False):
+        mode = _select(config, "trainer.v1.trainer_mode", "sync")
+        return (
+            f"trainer: recipe_dapo.v1.trainer.DAPOTrainerV1 on verl's v1 trainer (trainer.use_v1=true, "
+            f"trainer_mode={mode}): TransferQueue, groups judged as they finish, refills sized to the deficit"
+        )
+    return (
+        "trainer: recipe_dapo.trainer.RayDAPOTrainer on verl's classic RayPPOTrainer (trainer.use_v1=false, the "
+        "recipe's default: faster per step on bench/peer_side_by_side.py); trainer.use_v1=true runs verl's v1 trainer"
+    )
 
 
 def rule_algorithm(config: DictConfig, report: CheckReport) -> Iterable[str]:

@@ -6,8 +6,8 @@ Where things live:
 - ``sizing``         the keep-rate estimate and how many prompts the next round asks for
 - ``buffer``         the FIFO pool of qualifying groups (surplus carry-over)
 - ``sampler``        ``DynamicSampler``: the step protocol, metrics, state_dict
-- ``rounds``         ``collect_step``: the round loop of a step over a round source (the trainer's, or a
-                     simulated one); a new source (streaming with early abort, verl v1's replay buffer) goes here
+- ``rounds``         ``collect_step``: the round loop of a step over a round source (the classic trainer's, or a
+                     simulated one); ``collect_streaming_step``: the same step over a streaming source (verl v1)
 - ``prompt_stream``  ``PromptStream``: any number of prompts across dataloader batches and epochs
 - ``batch_ops``      how the payload is touched (numpy arrays or verl ``DataProto``)
 - ``config``         ``DynamicSamplingConfig``: ``algorithm.filter_groups.*`` + ``dapo.dynamic_sampling.*``
@@ -20,7 +20,14 @@ from recipe_dapo.dynamic_sampling.batch_ops import DATAPROTO_OPS, NUMPY_OPS, Bat
 from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig
 from recipe_dapo.dynamic_sampling.group_stats import GroupStats, group_statistics, trajectory_metric
 from recipe_dapo.dynamic_sampling.prompt_stream import PromptStream
-from recipe_dapo.dynamic_sampling.rounds import CollectedStep, RoundSource, ScoredRound, collect_step
+from recipe_dapo.dynamic_sampling.rounds import (
+    CollectedStep,
+    GroupStream,
+    RoundSource,
+    ScoredRound,
+    collect_step,
+    collect_streaming_step,
+)
 from recipe_dapo.dynamic_sampling.sampler import (
     METRIC_PREFIX,
     DynamicSampler,
@@ -39,12 +46,14 @@ __all__ = [
     "DynamicSamplingExhausted",
     "DynamicSamplingStalled",
     "GroupStats",
+    "GroupStream",
     "KeepRateEstimate",
     "METRIC_PREFIX",
     "PromptStream",
     "RoundSource",
     "ScoredRound",
     "collect_step",
+    "collect_streaming_step",
     "group_statistics",
     "next_round_prompts",
     "trajectory_metric",

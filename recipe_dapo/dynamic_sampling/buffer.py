@@ -69,11 +69,11 @@ class GroupBuffer:
             )
         self._segments.append(_Segment(payload, np.asarray(group_ids), np.asarray(offsets, np.int64), born_step))
 
-    def drop_born_before(self, step: int) -> int:
-        """Remove groups generated before ``step``; returns how many groups were dropped."""
-        dropped = sum(s.remaining for s in self._segments if s.born_step < step)
+    def drop_born_before(self, step: int) -> np.ndarray:
+        """Remove groups generated before ``step``; returns the ids of the groups dropped."""
+        dropped = [s.group_ids[s.start :] for s in self._segments if s.born_step < step]
         self._segments = [s for s in self._segments if s.born_step >= step]
-        return dropped
+        return np.concatenate(dropped) if dropped else np.empty(0, dtype=object)
 
     def take(self, count: int) -> TakenGroups:
         """Remove the ``count`` oldest groups (all of them if fewer are pooled)."""

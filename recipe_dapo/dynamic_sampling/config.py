@@ -79,7 +79,12 @@ class DynamicSamplingSettings:
     max_empty_rounds: int = 20
     """A step stops with :class:`DynamicSamplingStalled` after this many rounds in a row that kept no group,
     whatever the ``max_num_gen_batches`` budget (with no budget such a step would otherwise never end): the
-    filter metric does not vary within groups, or the data is far too easy or too hard for the model."""
+    filter metric does not vary within groups, or the data is far too easy or too hard for the model. On verl's
+    v1 trainer (streaming, no rounds) the same limit counts groups: this many smallest rounds' worth in a row."""
+
+    poll_interval_s: float = 0.05
+    """verl's v1 trainer (``trainer.use_v1=true``): seconds between two looks at TransferQueue for groups that
+    finished while others still generate (verl's own replay buffer waits a fixed 2 s)."""
 
 
 
@@ -201,6 +206,7 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
         _check_number(f"{NAMESPACE}.same_value_tolerance", self.same_value_tolerance, low=0.0, high=math.inf)
         _check_int(f"{NAMESPACE}.max_staleness", self.max_staleness, minimum=0)
         _check_int(f"{NAMESPACE}.max_empty_rounds", self.max_empty_rounds, minimum=1)
+        _check_number(f"{NAMESPACE}.poll_interval_s", self.poll_interval_s, low=0.0, high=60.0, low_open=True)
         _check_int(f"{NAMESPACE}.prompt_granularity", self.prompt_granularity, minimum=1)
         if self.gen_batch_size % self.prompt_granularity:
             raise ValueError(

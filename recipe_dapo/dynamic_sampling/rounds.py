@@ -15,17 +15,26 @@ row, and the response tokens it generated). The trainer's source generates with 
 scores with the reward manager; tests and ``bench/dynamic_sampling_sim.py`` pass simulated sources through the
 same loop, so the loop exists once.
 
-A second source goes beside the first, not into the trainer: streaming generation with early abort is a
-callable that submits the round's prompts, judges each group as it finishes and aborts the rest once the
-sampler's deficit is covered, then returns what finished as one ``ScoredRound``; a source that reads verl v1's
-replay buffer returns the groups the buffer holds. The trainer's step (collect, sleep the replicas, update,
-sync weights) does not change for either.
+A *streaming* source has no round barrier: ``collect_streaming_step`` judges each group as soon as its ``n``
+responses are scored and refills while other prompts still generate (verl's v1 trainer, whose replay buffer
+holds finished groups in TransferQueue; ``recipe_dapo.v1``)::
+
+    sampler.begin_step(step)
+    loop:
+        sampler.add_round(stream.poll(), counts_as_round=False)    # groups finished since the last poll
+        full:      stop once nothing is in flight (drain=True: the in-flight groups are pooled as surplus)
+        not full:  submit sampler.prompts_to_dispatch(in flight)  # deficit the in-flight prompts do not cover
+                   stop when the budget is spent and nothing is in flight
+        stream.wait()                                             # the poll interval
+    batch, metrics = sampler.take_training_batch()
+
+Both loops use the same sampler, sizing, budget, pool and metrics.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
@@ -91,6 +100,66 @@ def collect_step(
         )
         columns.append(scored.columns)
         rounds += 1
+    batch, metrics = sampler.take_training_batch(groups_multiple_of=groups_multiple_of)
+    return CollectedStep(batch=batch, metrics=metrics, rounds=rounds, scored_columns=_concat_columns(columns))
+
+
+class GroupStream(Protocol):
+    """A streaming source of scored groups (prompts submitted one refill at a time, groups returned as they finish)."""
+
+    def submit(self, prompts: int) -> None:
+        """Start generating ``n`` responses for each of ``prompts`` fresh prompts."""
+
+    def poll(self) -> Optional[ScoredRound]:
+        """The groups whose responses all finished and were scored since the last poll (None: none)."""
+
+    def in_flight(self) -> int:
+        """Prompts submitted whose group has not been returned by :meth:`poll` yet."""
+
+    def wait(self) -> None:
+        """Block until a poll may find something new (a short sleep, or an event)."""
+
+
+def collect_streaming_step(
+    sampler: DynamicSampler,
+    stream: GroupStream,
+    step: int,
+    groups_multiple_of: int = 1,
+    drain: bool = True,
+) -> CollectedStep:
+    """The streaming loop of the module docstring: judge groups as they finish, refill to the deficit.
+
+    ``drain=True`` (a synchronous trainer: the weights change after the step) waits for the prompts still in
+    flight when the batch fills and pools their qualifying groups for the next step, instead of discarding them.
+    """
+    sampler.begin_step(step)
+    columns: list[dict] = []
+    rounds = 0
+    while True:
+        scored = stream.poll()
+        if scored is not None and len(scored.group_ids):
+            sampler.add_round(
+                scored.rollouts,
+                group_ids=scored.group_ids,
+                metric_values=scored.metric_values,
+                generated_tokens=scored.generated_tokens,
+                counts_as_round=False,
+            )
+            columns.append(scored.columns)
+        in_flight = stream.in_flight()
+        if sampler.is_full():
+            if not drain or in_flight == 0:
+                break
+        else:
+            wanted = sampler.prompts_to_dispatch(in_flight)
+            if wanted:
+                stream.submit(wanted)
+                sampler.record_dispatch(wanted)
+                rounds += 1
+                continue
+            if in_flight == 0:  # the budget is spent and nothing is left to wait for
+                break
+        stream.wait()
     batch, metrics = sampler.take_training_batch(groups_multiple_of=groups_multiple_of)
     return CollectedStep(batch=batch, metrics=metrics, rounds=rounds, scored_columns=_concat_columns(columns))
 

@@ -19,6 +19,7 @@ Surplus qualifying groups stay pooled for later steps; the payload is never modi
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -28,7 +29,7 @@ from recipe_dapo.dynamic_sampling.batch_ops import NUMPY_OPS, BatchOps
 from recipe_dapo.dynamic_sampling.buffer import GroupBuffer
 from recipe_dapo.dynamic_sampling.config import NAMESPACE, DynamicSamplingConfig
 from recipe_dapo.dynamic_sampling.group_stats import GroupStats, group_statistics
-from recipe_dapo.dynamic_sampling.sizing import KeepRateEstimate, next_round_prompts
+from recipe_dapo.dynamic_sampling.sizing import MIN_KEEP_RATE, KeepRateEstimate, next_round_prompts
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ class _StepTally:
     metric_sum: float = 0.0
     dropped_stale_groups: int = 0
     empty_rounds_in_a_row: int = 0
+    dispatched_prompts: int = 0
+    empty_groups_in_a_row: int = 0
 
 
 @dataclass
@@ -87,6 +90,7 @@ class DynamicSampler:
         self._open_step: Optional[int] = None
         self._last_step: Optional[int] = None
         self._warned_partial = False
+        self._dropped_group_ids: list = []
 
     # ---------------------------------------------------------------- queries
 
@@ -121,7 +125,39 @@ class DynamicSampler:
         """Prompts the next round should generate (see :mod:`.sizing`); 0 when full or out of budget."""
         self._require_open_step("prompts_for_next_round")
         missing = self.config.train_batch_size - self._pool.num_groups
-        return next_round_prompts(self.config, missing, self._keep_rate.value, self._tally.generated_groups)
+        return next_round_prompts(self.config, missing, self._keep_rate.value, self._prompts_used())
+
+    def prompts_to_dispatch(self, in_flight: int) -> int:
+        """Streaming sources: prompts to submit now, with ``in_flight`` prompts submitted and not yet judged.
+
+        The in-flight prompts are counted at the keep-rate estimate (all of them with the filter off), so a
+        refill is sized to the deficit they are not expected to cover; 0 when they cover it, when the batch is
+        full, or when the step's budget (which counts in-flight prompts) is spent.
+        """
+        self._require_open_step("prompts_to_dispatch")
+        keep_rate = self._keep_rate.value if self.config.enable else 1.0
+        expected = self._pool.num_groups + in_flight * max(keep_rate, MIN_KEEP_RATE)
+        missing = math.ceil(self.config.train_batch_size - expected - 1e-9)
+        if missing <= 0:
+            return 0
+        return next_round_prompts(self.config, missing, self._keep_rate.value, self._prompts_used())
+
+    def record_dispatch(self, prompts: int) -> None:
+        """Streaming sources: ``prompts`` were submitted for generation (one round of the step's budget)."""
+        self._require_open_step("record_dispatch")
+        self._tally.rounds += 1
+        self._tally.dispatched_prompts += int(prompts)
+        self._totals.rounds += 1
+
+    def take_dropped_group_ids(self) -> np.ndarray:
+        """Ids of the pooled groups dropped as stale since the last call (a source frees their storage)."""
+        dropped = np.concatenate(self._dropped_group_ids) if self._dropped_group_ids else np.empty(0, dtype=object)
+        self._dropped_group_ids = []
+        return dropped
+
+    def _prompts_used(self) -> int:
+        # Round sources generate what they ask for; streaming sources also count prompts still in flight.
+        return max(self._tally.generated_groups, self._tally.dispatched_prompts)
 
     # ---------------------------------------------------------------- the step
 
@@ -137,19 +173,32 @@ class DynamicSampler:
         self._open_step = step
         self._tally = _StepTally()
         self._keep_rate.start_step(self.config.keep_rate_decay)
-        dropped = self._pool.drop_born_before(step - self.config.max_staleness)
+        dropped_ids = self._pool.drop_born_before(step - self.config.max_staleness)
+        self._dropped_group_ids.append(dropped_ids)
+        dropped = int(dropped_ids.shape[0])
         self._tally.dropped_stale_groups = dropped
         self._totals.dropped_stale_groups += dropped
         if dropped:
             logger.info("step %d: dropped %d groups older than max_staleness=%d", step, dropped,
                         self.config.max_staleness)
 
-    def add_round(self, rollouts: Any, group_ids: Any, metric_values: Any, generated_tokens: int = 0) -> GroupStats:
+    def add_round(
+        self,
+        rollouts: Any,
+        group_ids: Any,
+        metric_values: Any,
+        generated_tokens: int = 0,
+        counts_as_round: bool = True,
+    ) -> GroupStats:
         """Filter one round of rollouts and pool its qualifying groups (whole, contiguous, in order).
 
         ``group_ids`` and ``metric_values`` hold one entry per row of ``rollouts`` (verl: the ``uid``
         non-tensor field and the filter metric); ``generated_tokens`` is the round's response tokens, kept
         or not, for the cost metrics. Returns the round's group statistics.
+
+        A streaming source passes the groups that finished since its last poll with ``counts_as_round=False``
+        (its rounds are counted by :meth:`record_dispatch`); it stalls after ``max_empty_rounds`` smallest
+        rounds' worth of groups in a row that did not qualify.
         """
         self._require_open_step("add_round")
         num_rows = self._ops.length(rollouts)
@@ -175,7 +224,12 @@ class DynamicSampler:
             self._pool.add(kept_payload, stats.group_ids[stats.keep], kept_offsets, born_step=self._open_step)
 
         tally = self._tally
-        tally.rounds += 1
+        if counts_as_round:
+            tally.rounds += 1
+            self._totals.rounds += 1
+            tally.empty_rounds_in_a_row = 0 if stats.num_kept else tally.empty_rounds_in_a_row + 1
+        else:
+            tally.empty_groups_in_a_row = 0 if stats.num_kept else tally.empty_groups_in_a_row + stats.num_groups
         tally.generated_groups += stats.num_groups
         tally.kept_groups += stats.num_kept
         tally.solve_all_groups += int(np.count_nonzero(stats.solve_all))
@@ -183,8 +237,6 @@ class DynamicSampler:
         tally.trajectories += stats.num_trajectories
         tally.generated_tokens += int(generated_tokens)
         tally.metric_sum += stats.metric_sum
-        tally.empty_rounds_in_a_row = 0 if stats.num_kept else tally.empty_rounds_in_a_row + 1
-        self._totals.rounds += 1
         self._totals.generated_groups += stats.num_groups
         self._totals.generated_tokens += int(generated_tokens)
         self._totals.qualifying_groups += stats.num_kept
@@ -194,7 +246,10 @@ class DynamicSampler:
             self._open_step, tally.rounds, stats.num_kept, stats.num_groups, self._pool.num_groups,
             self.config.train_batch_size,
         )
-        if tally.empty_rounds_in_a_row >= self.config.max_empty_rounds:
+        if (
+            tally.empty_rounds_in_a_row >= self.config.max_empty_rounds
+            or tally.empty_groups_in_a_row >= self.config.max_empty_rounds * self.config.min_round
+        ):
             self._stalled()
         return stats
 
@@ -282,8 +337,13 @@ class DynamicSampler:
 
     def _stalled(self) -> None:
         tally = self._tally
+        in_a_row = (
+            f"{tally.empty_rounds_in_a_row} generation rounds in a row kept no group"
+            if tally.empty_rounds_in_a_row
+            else f"{tally.empty_groups_in_a_row} groups in a row did not qualify"
+        )
         raise DynamicSamplingStalled(
-            f"step {self._open_step}: {tally.empty_rounds_in_a_row} generation rounds in a row kept no group "
+            f"step {self._open_step}: {in_a_row} "
             f"({tally.generated_groups} groups generated this step, {self._pool.num_groups} of "
             f"{self.config.train_batch_size} in hand): every group's {self.config.metric!r} had no spread "
             f"(solve-all {tally.solve_all_groups}, solve-none {tally.solve_none_groups}). Check that the reward "

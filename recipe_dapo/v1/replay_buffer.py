@@ -1,0 +1,256 @@
+"""DAPO's dynamic sampling as verl v1's replay buffer (``trainer.v1.sampler.custom_sampler``).
+
+verl v1 keeps every generated trajectory in TransferQueue and asks its replay buffer for a training batch once per
+step (``ReplayBuffer.sample``). :class:`DAPOReplayBuffer` answers with the recipe's sampler, over a streaming source
+(:class:`TransferQueueGroups`): a group is judged as soon as its ``n`` responses are scored, refills are sized to the
+deficit that the prompts still in flight are not expected to cover (``DynamicSampler.prompts_to_dispatch``), the
+``max_num_gen_batches`` budget and ``on_exhausted`` apply, and the qualifying surplus stays in TransferQueue and in
+the sampler's pool for the next step (at most ``max_staleness`` steps), instead of being deleted. The round loop
+itself is ``dynamic_sampling.collect_streaming_step``, shared with the tests' simulated streams.
+
+Validation batches (partition ``val``) are sampled by verl's own code, unfiltered.
+
+Set up by the recipe's config (``recipe_dapo/config/dapo_trainer.yaml``)::
+
+    trainer.v1.sampler.custom_sampler.path: pkg://recipe_dapo.v1.replay_buffer
+    trainer.v1.sampler.custom_sampler.name: DAPOReplayBuffer
+    trainer.v1.sampler.sampler_kwargs: references to algorithm.filter_groups, dapo.dynamic_sampling and the sizes
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from transfer_queue import KVBatchMeta
+
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+from recipe_dapo.dynamic_sampling import (
+    DynamicSampler,
+    DynamicSamplingConfig,
+    DynamicSamplingExhausted,
+    ScoredRound,
+    collect_streaming_step,
+    trajectory_metric,
+)
+from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
+from recipe_dapo.overlong import overlong_metrics
+from recipe_dapo.reward.metrics import reward_metrics
+
+logger = logging.getLogger(__name__)
+
+TRAIN = "train"
+SUPPORTED_TRAINER_MODES = ("sync",)
+
+
+def _uid_of(key: str) -> str:
+    return key.split("_", 1)[0]
+
+
+def _session_order(key: str) -> tuple:
+    # Keys are {uid}_{session}_{index}; a group's rows go in session order, as verl's own batches do.
+    return tuple(int(part) if part.isdigit() else part for part in key.split("_")[1:])
+
+
+class TransferQueueGroups:
+    """A ``GroupStream`` over TransferQueue: prompts submitted through verl's refill function, groups polled when
+    their status turns terminal.
+
+    A group whose rollout failed (status ``failure``) is removed with its trajectories and counted; it is never
+    trained and never crashes the step.
+    """
+
+    def __init__(self, submit_fn: Callable[[int], Any], metric: Optional[str], poll_interval_s: float,
+                 partition_id: str = TRAIN):
+        self._submit_fn = submit_fn
+        self._metric = metric
+        self._poll_interval_s = poll_interval_s
+        self._partition_id = partition_id
+        self._submitted = 0
+        self._returned = 0
+        self.failed_groups = 0
+        self.tags: dict[str, dict] = {}  # trajectory key -> TransferQueue tag, for groups judged and not yet freed
+        self._keys_of: dict[str, list[str]] = {}  # uid -> its trajectory keys
+
+    # ---------------------------------------------------------------- GroupStream
+
+    def submit(self, prompts: int) -> None:
+        self._submit_fn(int(prompts))
+        self._submitted += int(prompts)
+
+    def in_flight(self) -> int:
+        return self._submitted - self._returned
+
+    def wait(self) -> None:
+        time.sleep(self._poll_interval_s)
+
+    def poll(self) -> Optional[ScoredRound]:
+        listing = tq.kv_list(self._partition_id) or {}
+        items = listing.get(self._partition_id, {})
+        terminal: dict[str, str] = {}
+        trajectories: dict[str, list[str]] = defaultdict(list)
+        for key, tag in items.items():
+            if tag.get("is_prompt", False):
+                if tag.get("status") in ("finished", "failure"):
+                    terminal[key] = tag["status"]
+            else:
+                trajectories[_uid_of(key)].append(key)
+        if not terminal:
+            return None
+        self._returned += len(terminal)
+        failed = [uid for uid, status in terminal.items() if status == "failure" or not trajectories.get(uid)]
+        finished = [uid for uid in terminal if uid not in set(failed)]
+        stale_keys = [key for uid in failed for key in trajectories.get(uid, [])]
+        tq.kv_clear(keys=[*terminal, *stale_keys], partition_id=self._partition_id)  # prompt markers: judged now
+        if failed:
+            self.failed_groups += len(failed)
+            logger.warning("%d prompt group(s) failed in rollout; dropped and counted (dapo_v1/failed_groups)",
+                           len(failed))
+        if not finished:
+            return None
+
+        keys: list[str] = []
+        for uid in finished:
+            group = sorted(trajectories[uid], key=_session_order)
+            self._keys_of[uid] = group
+            keys.extend(group)
+        for key in keys:
+            self.tags[key] = items[key]
+        columns, metric_values = self._scores(keys)
+        return ScoredRound(
+            rollouts=np.array(keys, dtype=object),
+            group_ids=np.array([_uid_of(key) for key in keys], dtype=object),
+            metric_values=metric_values,
+            generated_tokens=int(sum(int(items[key].get("response_len", 0)) for key in keys)),
+            columns=columns,
+        )
+
+    # ---------------------------------------------------------------- batches and storage
+
+    def batch_meta(self, keys: np.ndarray) -> KVBatchMeta:
+        """The training batch verl's pipeline reads: these trajectories, with their tags."""
+        keys = [str(key) for key in keys]
+        tags = [self.tags.pop(key) for key in keys]
+        for uid in {_uid_of(key) for key in keys}:
+            self._keys_of.pop(uid, None)
+        return KVBatchMeta(partition_id=self._partition_id, keys=keys, tags=tags)
+
+    def free_groups(self, uids: np.ndarray) -> None:
+        """Remove groups from TransferQueue (the sampler dropped them, e.g. older than ``max_staleness``)."""
+        keys = [key for uid in uids for key in self._keys_of.pop(str(uid), [])]
+        for key in keys:
+            self.tags.pop(key, None)
+        if keys:
+            tq.kv_clear(keys=keys, partition_id=self._partition_id)
+
+    def keys_of(self, uids) -> list[str]:
+        return [key for uid in uids for key in self._keys_of.get(str(uid), [])]
+
+    def restore(self, tags: dict[str, dict]) -> None:
+        """After a resume: the tags of the pooled groups put back into TransferQueue."""
+        for key, tag in tags.items():
+            self.tags[key] = tag
+            self._keys_of.setdefault(_uid_of(key), []).append(key)
+        for uid in self._keys_of:
+            self._keys_of[uid].sort(key=_session_order)
+
+    def _scores(self, keys: list[str]) -> tuple[dict, np.ndarray]:
+        """The reward manager's per-trajectory extra info (columns) and the filter metric."""
+        sequence_metric = self._metric in SEQUENCE_METRICS
+        fields = ["extra_fields", "rm_scores"] if sequence_metric else ["extra_fields"]
+        data = tq.kv_batch_get(keys=keys, partition_id=self._partition_id, select_fields=fields)
+        infos = []
+        for value in list(data["extra_fields"]):
+            extra = getattr(value, "data", value)
+            infos.append(extra.get("reward_extra_info", {}) if isinstance(extra, dict) else {})
+        shared = set.intersection(*(set(info) for info in infos)) if infos else set()
+        columns = {name: np.array([info[name] for info in infos]) for name in sorted(shared)}
+        if self._metric is None:
+            return columns, np.zeros(len(keys))
+        tensors = {}
+        if sequence_metric:
+            sums = [float(row.sum()) for row in list(data["rm_scores"])]
+            tensors = {"rm_scores": torch.tensor(sums, dtype=torch.float64).unsqueeze(-1)}
+        return columns, trajectory_metric(self._metric, tensors, columns)
+
+
+class DAPOReplayBuffer(ReplayBuffer):
+    """verl v1's replay buffer with the recipe's dynamic sampler for training batches (see the module docstring)."""
+
+    def __init__(self, trainer_mode, trainer_config, max_off_policy_threshold, max_off_policy_strategy,
+                 sampler_kwargs, poll_interval: float = 2.0, refill_fn=None, **verl_kwargs):
+        super().__init__(trainer_mode, trainer_config, max_off_policy_threshold, max_off_policy_strategy,
+                         sampler_kwargs, poll_interval=poll_interval, refill_fn=refill_fn)
+        if trainer_mode not in SUPPORTED_TRAINER_MODES:
+            raise ValueError(
+                f"trainer.v1.trainer_mode={trainer_mode!r}: the recipe's DAPO sampler runs on verl v1 in "
+                f"{SUPPORTED_TRAINER_MODES} (see recipe_dapo.preflight, which refuses this at start-up)"
+            )
+        if refill_fn is None:
+            raise ValueError("DAPOReplayBuffer needs verl's refill_fn to submit prompts")
+        kwargs = dict(sampler_kwargs or {})
+        train_batch_size = int(kwargs["train_batch_size"])
+        self.config = DynamicSamplingConfig.from_config(
+            kwargs.get("filter_groups"),
+            kwargs.get("dynamic_sampling"),
+            train_batch_size=train_batch_size,
+            gen_batch_size=int(kwargs.get("gen_batch_size") or train_batch_size),
+        )
+        self.sampler = DynamicSampler(self.config)
+        self.groups = TransferQueueGroups(
+            refill_fn,
+            metric=self.config.metric if self.config.enable else None,
+            poll_interval_s=float(self.config.poll_interval_s),
+        )
+        self.groups_multiple_of = int(kwargs.get("ppo_mini_batch_size") or 1)
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        if partition_id != TRAIN:
+            return super().sample(global_steps, partition_id, batch_size)
+        if batch_size != self.config.train_batch_size:
+            raise ValueError(
+                f"verl asked for {batch_size} groups but data.train_batch_size is {self.config.train_batch_size}"
+            )
+        collected = collect_streaming_step(
+            self.sampler, self.groups, global_steps, groups_multiple_of=self.groups_multiple_of, drain=True
+        )
+        self.groups.free_groups(self.sampler.take_dropped_group_ids())
+        metrics = dict(collected.metrics)
+        metrics["dynamic_sampling/failed_groups"] = float(self.groups.failed_groups)
+        if collected.scored_columns:
+            metrics.update(reward_metrics(collected.scored_columns))
+            metrics.update(overlong_metrics(collected.scored_columns))
+        if collected.batch is None or len(collected.batch) == 0:
+            raise DynamicSamplingExhausted(
+                f"step {global_steps}: no group qualified within algorithm.filter_groups.max_num_gen_batches="
+                f"{self.config.max_num_gen_batches}; verl's v1 trainer cannot skip a step's update (the classic "
+                "trainer, trainer.use_v1=false, does). Raise max_num_gen_batches (0: no limit) or check that the "
+                f"filter metric {self.config.metric!r} varies within groups"
+            )
+        return self.groups.batch_meta(collected.batch), metrics
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def state_dict(self) -> dict:
+        """The sampler, plus the pooled groups' trajectories and tags (verl saves no TransferQueue in sync mode)."""
+        state = self.sampler.state_dict()
+        keys = [str(key) for segment in state["pool"] for key in segment["payload"]]
+        return {
+            "sampler": state,
+            "tags": {key: self.groups.tags[key] for key in keys},
+            "trajectories": tq.kv_batch_get(keys=keys, partition_id=TRAIN) if keys else None,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        tags = state["tags"]
+        if tags:
+            keys = list(tags)
+            tq.kv_batch_put(keys=keys, partition_id=TRAIN, fields=state["trajectories"], tags=[tags[k] for k in keys])
+        self.groups.restore(tags)

@@ -1,0 +1,157 @@
+"""``DAPOTrainerV1``: DAPO on verl 0.9.1's v1 trainer (``trainer.use_v1=true``), registered with verl's
+``register_trainer`` as ``recipe_dapo.sync``.
+
+verl v1's step is already the paper's algorithm once its replay buffer is DAPO's sampler::
+
+    sample          DAPOReplayBuffer: submit prompts sized to the deficit, judge each group as it finishes,
+                    refill, until train_batch_size qualifying groups are in hand (surplus kept for the next step)
+    sleep replicas  verl's sync trainer (on_sample_end)
+    old log-probs, advantages           verl
+    update_actor    with overlong filtering: truncated responses contribute no loss
+    update weights, save, validate, log verl (the recipe's state goes into the checkpoint, its metrics to the log)
+
+This class adds only what differs from verl's sync trainer: no fixed-size first batch (the sampler submits its
+own), the overlong filter around the actor update, the sampler's state in checkpoints, the recipe's validation
+metrics (mean@k, pass@k, maj@k) and the recipe's tracker (console lines, the appending metrics file).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+
+import verl.trainer.ppo.v1.trainer_base as verl_trainer_base
+from verl import DataProto
+from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+
+from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
+from recipe_dapo.reward.manager import stop_token_ids
+from recipe_dapo.tracking import open_tracking
+from recipe_dapo.v1.replay_buffer import DAPOReplayBuffer
+from recipe_dapo.validation_metrics import headline_metrics, validation_problem_metrics
+
+logger = logging.getLogger(__name__)
+
+TRAINER_NAMES = {"sync": "recipe_dapo.sync"}
+"""``trainer.v1.trainer_mode`` -> the name the recipe's trainer is registered under with verl."""
+
+SAMPLER_STATE_FILE = "dapo_state.pt"
+
+
+@register_trainer(TRAINER_NAMES["sync"])
+class DAPOTrainerV1(PPOTrainerSync):
+    """verl's synchronous v1 trainer with DAPO's sampler (see the module docstring)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        if not isinstance(self.replay_buffer, DAPOReplayBuffer):
+            raise TypeError(
+                f"trainer.v1.sampler.custom_sampler gave {type(self.replay_buffer).__name__}; the recipe's v1 trainer "
+                "needs recipe_dapo.v1.replay_buffer.DAPOReplayBuffer (the recipe's config sets it)"
+            )
+        self._stop_ids: Optional[list[int]] = None
+
+    # ---------------------------------------------------------------- the step
+
+    def prepare_step(self) -> dict:
+        """Nothing up front: the sampler submits prompts sized to what the step is missing."""
+        return {}
+
+    def _update_actor(self, batch, metrics: dict):
+        """The actor update; with overlong filtering, truncated responses are masked out of the loss for it.
+
+        The masks in TransferQueue are put back afterwards, so verl's data metrics describe every trained response.
+        """
+        if not self.config.dapo.overlong_filter.enable:
+            return super()._update_actor(batch, metrics)
+        original = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["responses", "response_mask", "extra_fields"]
+        )
+        masks, filter_metrics = self._overlong_masks(original)
+        metrics.update(filter_metrics)
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                        fields=TensorDict({"response_mask": masks, "loss_mask": masks}, batch_size=len(batch.keys)))
+        try:
+            return super()._update_actor(batch, metrics)
+        finally:
+            restored = original["response_mask"]
+            tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                            fields=TensorDict({"response_mask": restored, "loss_mask": restored},
+                                              batch_size=len(batch.keys)))
+
+    def _overlong_masks(self, data) -> tuple[torch.Tensor, dict]:
+        """The response masks with truncated responses zeroed (``recipe_dapo.overlong``'s rule), as nested rows."""
+        responses, response_mask = data["responses"], data["response_mask"]
+        width = int(self.config.actor_rollout_ref.rollout.response_length)
+        lengths = [int(row.shape[0]) for row in responses.unbind()]
+        padded = DataProto.from_dict(tensors={
+            "responses": torch.nested.to_padded_tensor(responses, 0, output_size=(len(lengths), width)),
+            "response_mask": torch.nested.to_padded_tensor(response_mask, 0, output_size=(len(lengths), width)),
+        })
+        infos = [getattr(value, "data", value) for value in list(data["extra_fields"])]
+        truncated = [info.get("reward_extra_info", {}).get(TRUNCATED_COLUMN) for info in infos]
+        if all(value is not None for value in truncated):
+            padded.non_tensor_batch[TRUNCATED_COLUMN] = np.array(truncated, dtype=bool)
+        if self._stop_ids is None:
+            self._stop_ids = stop_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
+        metrics = apply_overlong_filter(padded, self._stop_ids, max_response_length=width)
+        filtered = padded.batch["response_mask"].to(response_mask.dtype)
+        rows = [filtered[i, :length] for i, length in enumerate(lengths)]
+        return torch.nested.as_nested_tensor(rows, layout=torch.jagged), metrics
+
+    # ---------------------------------------------------------------- logging and validation
+
+    def fit(self, agent_loop_manager):
+        """verl's loop, logging through the recipe's tracker (console lines, the appending metrics file)."""
+        verl_tracking = verl_trainer_base.Tracking
+        verl_trainer_base.Tracking = lambda **_: open_tracking(
+            self.config, resumed_step=self.global_steps, total_steps=self.total_training_steps
+        )
+        try:
+            super().fit(agent_loop_manager)
+        finally:
+            verl_trainer_base.Tracking = verl_tracking
+
+    def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns,
+                            expected_acc_counts=None):
+        """verl's validation metrics plus what papers report per source: mean@k, pass@k, maj@k."""
+        metric_dict = super()._val_metrics_update(
+            data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=expected_acc_counts
+        )
+        problem_metrics = validation_problem_metrics(data_sources, sample_uids, reward_extra_infos_dict)
+        metric_dict.update(problem_metrics)
+        metric_dict.update(headline_metrics(problem_metrics))
+        return metric_dict
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def _save_checkpoint(self):
+        """The sampler (with its pooled groups' trajectories) first, then verl's checkpoint, which marks the step
+        as the latest last: a run killed at any moment resumes from a complete checkpoint."""
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, SAMPLER_STATE_FILE)
+        torch.save({"replay_buffer": self.replay_buffer.state_dict()}, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()
+        if self.global_steps == 0:
+            return
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = self.config.trainer.resume_from_path
+        path = os.path.join(folder, SAMPLER_STATE_FILE)
+        if not os.path.exists(path):
+            logger.warning("no dynamic-sampling state at %s: the sampler starts empty", path)
+            return
+        self.replay_buffer.load_state_dict(torch.load(path, weights_only=False)["replay_buffer"])
+        logger.info("resumed dynamic sampling at step %d (%d groups pooled)", self.global_steps,
+                    self.replay_buffer.sampler.pooled_groups)

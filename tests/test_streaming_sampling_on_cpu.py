@@ -1,0 +1,138 @@
+"""The streaming step (``collect_streaming_step``): groups judged as they finish, refills sized to the deficit.
+
+A simulated stream stands in for verl v1's replay buffer: submitted prompts finish after a random number of polls
+(long-tailed), each with a persistent pass rate, so groups come back out of order and a step's outcome depends on
+what is still in flight. The properties are those the v1 sampler promises: exact batches of whole groups, no group
+trained twice, qualifying surplus pooled (never discarded while younger than ``max_staleness``), the
+``max_num_gen_batches`` budget counted on submitted prompts, nothing left in flight after a draining step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recipe_dapo.dynamic_sampling import (
+    DynamicSampler,
+    DynamicSamplingConfig,
+    DynamicSamplingStalled,
+    ScoredRound,
+    collect_streaming_step,
+)
+
+N = 4
+
+
+class SimulatedStream:
+    """Prompts finish after 1..max_polls polls; a finished group's metric comes from its prompt's pass rate."""
+
+    def __init__(self, rng: np.random.Generator, pass_rates=None, max_polls: int = 6):
+        self.rng = rng
+        self.pass_rates = pass_rates
+        self.max_polls = max_polls
+        self.pending: list[tuple[int, str, float]] = []  # (polls left, uid, pass rate)
+        self.submitted = 0
+        self.returned = 0
+        self.submissions: list[int] = []
+        self.next_uid = 0
+
+    def submit(self, prompts: int) -> None:
+        assert prompts > 0
+        self.submissions.append(prompts)
+        for _ in range(prompts):
+            rate = self.rng.beta(0.5, 0.5) if self.pass_rates is None else self.pass_rates(self.rng)
+            polls = int(self.rng.integers(1, self.max_polls + 1))
+            self.pending.append((polls, f"u{self.next_uid}", rate))
+            self.next_uid += 1
+        self.submitted += prompts
+
+    def poll(self):
+        finished = [p for p in self.pending if p[0] <= 1]
+        self.pending = [(polls - 1, uid, rate) for polls, uid, rate in self.pending if polls > 1]
+        if not finished:
+            return None
+        self.returned += len(finished)
+        uids = np.repeat(np.array([uid for _, uid, _ in finished], dtype=object), N)
+        acc = np.concatenate([(self.rng.random(N) < rate).astype(float) for _, _, rate in finished])
+        keys = np.array([f"{uid}_{i % N}" for i, uid in enumerate(uids)], dtype=object)
+        return ScoredRound(rollouts=keys, group_ids=uids, metric_values=acc, generated_tokens=10 * len(keys),
+                           columns={"acc": acc})
+
+    def in_flight(self) -> int:
+        return self.submitted - self.returned
+
+    def wait(self) -> None:  # the simulated clock advances on poll
+        pass
+
+
+def make_sampler(train_batch_size=8, gen_batch_size=None, **own) -> DynamicSampler:
+    filter_groups = {"enable": True, "metric": "acc", "max_num_gen_batches": own.pop("max_num_gen_batches", 0)}
+    config = DynamicSamplingConfig.from_config(filter_groups, own, train_batch_size=train_batch_size,
+                                               gen_batch_size=gen_batch_size or train_batch_size)
+    return DynamicSampler(config)
+
+
+def group_ids_of(keys: np.ndarray) -> list[str]:
+    return [key.split("_")[0] for key in keys[::N]]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_streams_give_exact_batches_of_whole_fresh_groups_and_keep_the_surplus(seed):
+    rng = np.random.default_rng(seed)
+    sampler = make_sampler(train_batch_size=int(rng.integers(1, 12)), max_staleness=int(rng.integers(0, 3)))
+    stream = SimulatedStream(rng, max_polls=int(rng.integers(1, 8)))
+    trained: list[str] = []
+    for step in range(1, 6):
+        collected = collect_streaming_step(sampler, stream, step)
+        keys = collected.batch
+        assert len(keys) == sampler.config.train_batch_size * N
+        groups = group_ids_of(keys)
+        assert all(list(keys[i * N:(i + 1) * N]) == [f"{g}_{j}" for j in range(N)] for i, g in enumerate(groups))
+        trained += groups
+        assert stream.in_flight() == 0  # drained
+        metrics = collected.metrics
+        assert metrics["dynamic_sampling/trained_groups"] == sampler.config.train_batch_size
+        assert metrics["dynamic_sampling/num_gen_rounds"] == collected.rounds
+    assert len(trained) == len(set(trained))
+    counters = sampler.run_counters()
+    # Every qualifying group is trained, still pooled, or was dropped for being older than max_staleness.
+    assert counters["qualifying_groups"] == counters["trained_groups"] + sampler.pooled_groups + counters["dropped_stale_groups"]
+    if sampler.config.max_staleness >= 1:
+        assert counters["dropped_stale_groups"] <= sampler.config.train_batch_size * 6
+
+
+def test_in_flight_prompts_count_toward_the_deficit_so_refills_are_sized_not_doubled():
+    rng = np.random.default_rng(0)
+    sampler = make_sampler(train_batch_size=16, gen_batch_size=64, keep_rate_prior=0.5, safety_margin=0.0)
+    stream = SimulatedStream(rng, pass_rates=lambda r: 0.5, max_polls=4)
+    collect_streaming_step(sampler, stream, 1)
+    # The first submission covers the deficit at the prior; refills only top up what the observed keep rate misses.
+    assert stream.submissions[0] == 32
+    assert sum(stream.submissions) < 2.0 * 32
+
+
+def test_budget_counts_submitted_prompts_and_a_short_step_trains_what_it_has():
+    rng = np.random.default_rng(1)
+    sampler = make_sampler(train_batch_size=8, max_num_gen_batches=2, min_round_prompts=1)
+    stream = SimulatedStream(rng, pass_rates=lambda r: 0.03, max_polls=3)  # almost nothing qualifies
+    collected = collect_streaming_step(sampler, stream, 1)
+    assert sum(stream.submissions) <= 2 * 8
+    assert stream.in_flight() == 0
+    assert collected.metrics["dynamic_sampling/partial_batch"] == 1.0
+
+
+def test_a_stream_where_nothing_ever_qualifies_stalls_with_an_error_naming_the_cause():
+    rng = np.random.default_rng(2)
+    sampler = make_sampler(train_batch_size=4, max_empty_rounds=3)
+    stream = SimulatedStream(rng, pass_rates=lambda r: 1.0)  # every group all-correct
+    with pytest.raises(DynamicSamplingStalled, match="groups in a row did not qualify"):
+        collect_streaming_step(sampler, stream, 1)
+
+
+def test_without_draining_the_step_returns_as_soon_as_the_batch_is_full():
+    rng = np.random.default_rng(3)
+    sampler = make_sampler(train_batch_size=4)
+    stream = SimulatedStream(rng, max_polls=8)
+    collected = collect_streaming_step(sampler, stream, 1, drain=False)
+    assert len(collected.batch) == 4 * N
+    assert sampler.pooled_groups == 0  # surplus only arrives with later polls
