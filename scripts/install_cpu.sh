@@ -33,7 +33,7 @@ filter() { grep -v -E "^WARNING: Location '.*' is ignored" || true; }
 "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>&1 | filter
 
 "$VENV/bin/python" - <<'PY'
-import math_verify, torch, transformers, verl, vllm  # noqa: F401  (fails loudly if the environment is broken)
+import math_verify, torch, transformers, transfer_queue, verl, vllm  # noqa: F401  (fails loudly if the environment is broken)
 from transformers import Qwen2ForCausalLM  # noqa: F401
 from recipe_dapo.plugin import registered_components
 missing = [name for name, ok in registered_components().items() if not ok]

@@ -33,13 +33,14 @@ Both loops use the same sampler, sizing, budget, pool and metrics.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
 from recipe_dapo.dynamic_sampling.prompt_stream import PromptStream
-from recipe_dapo.dynamic_sampling.sampler import DynamicSampler
+from recipe_dapo.dynamic_sampling.sampler import METRIC_PREFIX, DynamicSampler
 
 
 @dataclass
@@ -135,6 +136,7 @@ def collect_streaming_step(
     sampler.begin_step(step)
     columns: list[dict] = []
     rounds = 0
+    started, filled = time.monotonic(), None
     while True:
         scored = stream.poll()
         if scored is not None and len(scored.group_ids):
@@ -148,6 +150,7 @@ def collect_streaming_step(
             columns.append(scored.columns)
         in_flight = stream.in_flight()
         if sampler.is_full():
+            filled = filled if filled is not None else time.monotonic()
             if not drain or in_flight == 0:
                 break
         else:
@@ -160,7 +163,12 @@ def collect_streaming_step(
             if in_flight == 0:  # the budget is spent and nothing is left to wait for
                 break
         stream.wait()
+    ended = time.monotonic()
     batch, metrics = sampler.take_training_batch(groups_multiple_of=groups_multiple_of)
+    # Seconds until the batch was full, and spent after it waiting for the prompts still in flight (their
+    # qualifying groups are pooled for the next step).
+    metrics[METRIC_PREFIX + "fill_s"] = (filled if filled is not None else ended) - started
+    metrics[METRIC_PREFIX + "drain_s"] = ended - filled if filled is not None else 0.0
     return CollectedStep(batch=batch, metrics=metrics, rounds=rounds, scored_columns=_concat_columns(columns))
 
 

@@ -56,6 +56,9 @@ class DAPOTrainerV1(PPOTrainerSync):
                 "needs recipe_dapo.v1.replay_buffer.DAPOReplayBuffer (the recipe's config sets it)"
             )
         self._stop_ids: Optional[list[int]] = None
+        if config.dapo.seeded_rollouts:
+            logger.warning("dapo.seeded_rollouts applies to the classic trainer only: on verl's v1 trainer which prompts "
+                           "a refill submits depends on the order in which groups finish, so runs do not repeat exactly")
 
     # ---------------------------------------------------------------- the step
 
@@ -108,15 +111,28 @@ class DAPOTrainerV1(PPOTrainerSync):
     # ---------------------------------------------------------------- logging and validation
 
     def fit(self, agent_loop_manager):
-        """verl's loop, logging through the recipe's tracker (console lines, the appending metrics file)."""
-        verl_tracking = verl_trainer_base.Tracking
+        """verl's loop, logging through the recipe's tracker (console lines, the appending metrics file).
+
+        verl's loop also pretty-prints every validation metric at the start and the end (hundreds of lines); the
+        tracker's validation lines and end-of-run summary say it, and the metrics file has every value.
+        """
+        verl_tracking, verl_pprint = verl_trainer_base.Tracking, verl_trainer_base.pprint
         verl_trainer_base.Tracking = lambda **_: open_tracking(
             self.config, resumed_step=self.global_steps, total_steps=self.total_training_steps
         )
+        verl_trainer_base.pprint = lambda text: logger.debug("%s", text)
         try:
             super().fit(agent_loop_manager)
         finally:
-            verl_trainer_base.Tracking = verl_tracking
+            verl_trainer_base.Tracking, verl_trainer_base.pprint = verl_tracking, verl_pprint
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        """verl's metrics, plus the response tokens of the trained batch (``training/response_tokens``, as the
+        classic trainer logs it; the end-of-run summary compares it with every token generated)."""
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
+        metrics["training/response_tokens"] = int(
+            sum(int(tag.get("response_len", 0)) for tag in batch.tags if not tag.get("is_padding", False))
+        )
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns,
                             expected_acc_counts=None):
