@@ -557,6 +557,19 @@ def rule_registries(config: DictConfig, report: CheckReport) -> Iterable[str]:
         )
 
 
+def rule_v1_installed(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """trainer.use_v1=true needs TransferQueue, which verl installs only with its verl-core extra."""
+    if not _select(config, "trainer.use_v1", False):
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("transfer_queue") is None:
+        yield (
+            "trainer.use_v1=true needs TransferQueue, which is not installed: pip install 'transferqueue>=0.1.10,<0.2' "
+            "(the recipe's cpu, gpu and v1 extras include it), or set trainer.use_v1=false"
+        )
+
+
 def rule_verl_configs(config: DictConfig, report: CheckReport) -> Iterable[str]:
     """verl's typed worker configs, built as the workers build them (their __post_init__ checks values), then
     verl's own ``validate_config`` as the task runner calls it (skipped when a worker config already failed: it
@@ -588,7 +601,7 @@ def rule_verl_configs(config: DictConfig, report: CheckReport) -> Iterable[str]:
         logger.debug("verl: %s", line)
 
 
-VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_verl_configs, rule_prompt_lengths)
+VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_v1_installed, rule_verl_configs, rule_prompt_lengths)
 
 
 # ----------------------------------------------------------------------------- running the rules

@@ -149,3 +149,13 @@ def test_unknown_override_keys_are_matched_among_their_siblings_first():
     )
     assert len(lines) == 1
     assert "did you mean actor_rollout_ref.actor.clip_ratio_low" in lines[0]
+
+
+def test_v1_without_transferqueue_installed_is_refused_with_the_install_command(data, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transfer_queue" else real_find_spec(name, *a))
+    message = refusal(small_run(data, "trainer.use_v1=true"))
+    assert "pip install 'transferqueue" in message

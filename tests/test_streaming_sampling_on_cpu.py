@@ -136,3 +136,14 @@ def test_without_draining_the_step_returns_as_soon_as_the_batch_is_full():
     collected = collect_streaming_step(sampler, stream, 1, drain=False)
     assert len(collected.batch) == 4 * N
     assert sampler.pooled_groups == 0  # surplus only arrives with later polls
+
+
+def test_a_low_keep_rate_is_not_mistaken_for_a_stall():
+    """Keep rate about 0.11: long runs of filtered groups are normal and must not stop the run (the stall limit is
+    max_empty_rounds whole rounds' worth of groups, as a round source would send them, not smallest rounds)."""
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        sampler = make_sampler(train_batch_size=8)
+        stream = SimulatedStream(rng, pass_rates=lambda r: 0.03, max_polls=3)
+        for step in range(1, 6):
+            collect_streaming_step(sampler, stream, step)

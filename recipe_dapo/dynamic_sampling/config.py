@@ -80,7 +80,8 @@ class DynamicSamplingSettings:
     """A step stops with :class:`DynamicSamplingStalled` after this many rounds in a row that kept no group,
     whatever the ``max_num_gen_batches`` budget (with no budget such a step would otherwise never end): the
     filter metric does not vary within groups, or the data is far too easy or too hard for the model. On verl's
-    v1 trainer (streaming, no rounds) the same limit counts groups: this many smallest rounds' worth in a row."""
+    v1 trainer (streaming, no rounds) the same limit counts groups: this many rounds' worth in a row, a round being
+    what the classic trainer would send for a whole batch at the current keep-rate estimate."""
 
     poll_interval_s: float = 0.05
     """verl's v1 trainer (``trainer.use_v1=true``): seconds between two looks at TransferQueue for groups that

@@ -155,6 +155,12 @@ class DynamicSampler:
         self._dropped_group_ids = []
         return dropped
 
+    def _full_round_groups(self) -> int:
+        # A streaming source's unit for max_empty_rounds: the round a round source would send for a whole batch
+        # at the current keep-rate estimate (so "20 empty rounds" means the same number of groups either way).
+        whole = next_round_prompts(self.config, self.config.train_batch_size, self._keep_rate.value, 0)
+        return max(whole, self.config.min_round, 1)
+
     def _prompts_used(self) -> int:
         # Round sources generate what they ask for; streaming sources also count prompts still in flight.
         return max(self._tally.generated_groups, self._tally.dispatched_prompts)
@@ -197,8 +203,9 @@ class DynamicSampler:
         or not, for the cost metrics. Returns the round's group statistics.
 
         A streaming source passes the groups that finished since its last poll with ``counts_as_round=False``
-        (its rounds are counted by :meth:`record_dispatch`); it stalls after ``max_empty_rounds`` smallest
-        rounds' worth of groups in a row that did not qualify.
+        (its rounds are counted by :meth:`record_dispatch`); it stalls after ``max_empty_rounds`` rounds' worth of
+        groups in a row that did not qualify, a round being what a round source would send for a whole batch at
+        the current keep-rate estimate.
         """
         self._require_open_step("add_round")
         num_rows = self._ops.length(rollouts)
@@ -248,7 +255,7 @@ class DynamicSampler:
         )
         if (
             tally.empty_rounds_in_a_row >= self.config.max_empty_rounds
-            or tally.empty_groups_in_a_row >= self.config.max_empty_rounds * self.config.min_round
+            or tally.empty_groups_in_a_row >= self.config.max_empty_rounds * self._full_round_groups()
         ):
             self._stalled()
         return stats
