@@ -35,6 +35,8 @@ class SimulatedStream:
         self.returned = 0
         self.submissions: list[int] = []
         self.next_uid = 0
+        self.returned_groups: set[str] = set()
+        self.released: set[str] = set()
 
     def submit(self, prompts: int) -> None:
         assert prompts > 0
@@ -52,11 +54,17 @@ class SimulatedStream:
         if not finished:
             return None
         self.returned += len(finished)
+        self.returned_groups |= {uid for _, uid, _ in finished}
         uids = np.repeat(np.array([uid for _, uid, _ in finished], dtype=object), N)
         acc = np.concatenate([(self.rng.random(N) < rate).astype(float) for _, _, rate in finished])
         keys = np.array([f"{uid}_{i % N}" for i, uid in enumerate(uids)], dtype=object)
         return ScoredRound(rollouts=keys, group_ids=uids, metric_values=acc, generated_tokens=10 * len(keys),
                            columns={"acc": acc})
+
+    def release(self, group_ids) -> None:
+        group_ids = set(group_ids)
+        assert group_ids <= self.returned_groups - self.released, "released a group twice or one never returned"
+        self.released |= group_ids
 
     def in_flight(self) -> int:
         return self.submitted - self.returned
@@ -94,6 +102,9 @@ def test_random_streams_give_exact_batches_of_whole_fresh_groups_and_keep_the_su
         assert metrics["dynamic_sampling/trained_groups"] == sampler.config.train_batch_size
         assert metrics["dynamic_sampling/num_gen_rounds"] == collected.rounds
     assert len(trained) == len(set(trained))
+    # Exactly the groups that did not qualify were released (storage freed); none of them was trained.
+    assert not stream.released & set(trained)
+    assert len(stream.released) == sampler.run_counters()["generated_groups"] - sampler.run_counters()["qualifying_groups"]
     counters = sampler.run_counters()
     # Every qualifying group is trained, still pooled, or was dropped for being older than max_staleness.
     assert counters["qualifying_groups"] == counters["trained_groups"] + sampler.pooled_groups + counters["dropped_stale_groups"]

@@ -85,7 +85,7 @@ def make_buffer(rollouts, **dynamic_sampling):
     sampler_kwargs = OmegaConf.create({
         "filter_groups": {"enable": True, "metric": "acc", "max_num_gen_batches": 0},
         "dynamic_sampling": {"poll_interval_s": 0.01, "safety_margin": 1.0, **dynamic_sampling},
-        "train_batch_size": BATCH, "gen_batch_size": 8, "ppo_mini_batch_size": 1,
+        "train_batch_size": BATCH, "gen_batch_size": 16, "ppo_mini_batch_size": 1,
     })
     return DAPOReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None,
                             max_off_policy_strategy="drop", sampler_kwargs=sampler_kwargs, refill_fn=rollouts)

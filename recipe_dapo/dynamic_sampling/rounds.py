@@ -114,6 +114,9 @@ class GroupStream(Protocol):
     def poll(self) -> Optional[ScoredRound]:
         """The groups whose responses all finished and were scored since the last poll (None: none)."""
 
+    def release(self, group_ids) -> None:
+        """The sampler did not keep these groups (returned by the last poll): their storage may be freed."""
+
     def in_flight(self) -> int:
         """Prompts submitted whose group has not been returned by :meth:`poll` yet."""
 
@@ -140,13 +143,14 @@ def collect_streaming_step(
     while True:
         scored = stream.poll()
         if scored is not None and len(scored.group_ids):
-            sampler.add_round(
+            stats = sampler.add_round(
                 scored.rollouts,
                 group_ids=scored.group_ids,
                 metric_values=scored.metric_values,
                 generated_tokens=scored.generated_tokens,
                 counts_as_round=False,
             )
+            stream.release(stats.group_ids[~stats.keep])
             columns.append(scored.columns)
         in_flight = stream.in_flight()
         if sampler.is_full():

@@ -141,6 +141,10 @@ class TransferQueueGroups:
             self._keys_of.pop(uid, None)
         return KVBatchMeta(partition_id=self._partition_id, keys=keys, tags=tags)
 
+    def release(self, group_ids) -> None:
+        """Groups the sampler did not keep (no spread): their trajectories leave TransferQueue at once."""
+        self.free_groups(group_ids)
+
     def free_groups(self, uids: np.ndarray) -> None:
         """Remove groups from TransferQueue (the sampler dropped them, e.g. older than ``max_staleness``)."""
         keys = [key for uid in uids for key in self._keys_of.pop(str(uid), [])]
