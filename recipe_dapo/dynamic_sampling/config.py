@@ -70,7 +70,8 @@ class SkipSettings:
     any prompt is left out; a prompt comes up about once per epoch)."""
 
     seed: Optional[int] = None
-    """Seed of the skip draws (null: ``data.seed``); saved with the sampler's state, so a resumed run decides alike."""
+    """Seed of the skip draws (null: ``data.seed``, or 0 when that is null too); the generator's state is saved with
+    the sampler's, so a resumed run decides as the uninterrupted one."""
 
 
 @dataclass(kw_only=True)
@@ -162,7 +163,7 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
     prompts are generated per step (<= 0: no limit); then ``on_exhausted`` applies."""
 
     seed: int = 0
-    """``data.seed``: the skip draws' seed when ``skip.seed`` is null."""
+    """``data.seed`` (null: 0): the skip draws' seed when ``skip.seed`` is null."""
 
     # ---------------------------------------------------------------- construction
 
