@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -27,8 +28,10 @@ from recipe_dapo.dynamic_sampling import (
     ScoredRound,
     SkipSettings,
     collect_step,
+    resolve_keep_rule,
 )
 from recipe_dapo.dynamic_sampling.prompt_keys import dataproto_prompt_keys
+from recipe_dapo.dynamic_sampling.skipping import beta_binomial_pmf
 
 S = "dynamic_sampling/skip/"
 ROW = np.dtype([("uid", np.int64), ("prompt_key", np.int64)])
@@ -39,8 +42,9 @@ def settings(**overrides) -> SkipSettings:
 
 
 def make_config(train_batch_size=4, gen_batch_size=8, skip=None, filter_groups=None, **own):
+    """Skipping on; with n = 4, a prompt is a candidate after two uniform groups (max_qualify_probability 0.5)."""
     filter_groups = {"enable": True, "metric": "acc", "max_num_gen_batches": 0, **(filter_groups or {})}
-    own = {"skip": {"enable": True, **(skip or {})}, **own}
+    own = {"skip": {"enable": True, "max_qualify_probability": 0.5, **(skip or {})}, **own}
     return DynamicSamplingConfig.from_config(filter_groups, own, train_batch_size=train_batch_size,
                                              gen_batch_size=gen_batch_size, seed=7)
 
@@ -48,58 +52,89 @@ def make_config(train_batch_size=4, gen_batch_size=8, skip=None, filter_groups=N
 # ----------------------------------------------------------------------------- the skip rule
 
 
-def test_new_prompts_and_prompts_whose_last_group_qualified_are_always_generated():
-    skipper = PromptSkipper(settings(explore_init=0.05, explore_min=0.05), seed=0)
-    skipper.record(["qualified"], qualified=np.array([True]), mostly_right=np.array([False]))
-    for _ in range(50):
-        assert skipper.choose(["new", "qualified"]).tolist() == [True, True]
-    assert skipper.skip_probability("new") == skipper.skip_probability("qualified") == 0.0
+def skipper_with(seed=0, keep_rule=None, **overrides) -> PromptSkipper:
+    return PromptSkipper(settings(**overrides), seed, keep_rule or resolve_keep_rule("spread"))
 
 
-def test_skip_probability_is_one_minus_explore_to_the_streak_and_resets_when_a_group_qualifies():
-    skipper = PromptSkipper(settings(explore_init=0.5), seed=0)
-    failed = dict(qualified=np.array([False]), mostly_right=np.array([True]))
-    skipper.record(["p"], **failed)
-    assert skipper.skip_probability("p") == pytest.approx(0.5)
-    skipper.record(["p"], **failed)
-    assert skipper.skip_probability("p") == pytest.approx(0.75)  # 1 - 0.5^2
-    skipper.record(["p"], qualified=np.array([True]), mostly_right=np.array([True]))
-    assert skipper.skip_probability("p") == 0.0
+def uniform_history(skipper, keys, groups, right=True, n=16):
+    """``groups`` all-right (or all-wrong) groups of n for each key."""
+    for _ in range(groups):
+        skipper.record(keys, right=np.full(len(keys), n if right else 0), sizes=np.full(len(keys), n),
+                       qualified=np.zeros(len(keys), bool))
 
 
-def test_the_skip_frequency_follows_the_probability():
-    skipper = PromptSkipper(settings(explore_init=0.7, max_consecutive_skips=10**6), seed=1)
+def beta_binomial_by_lgamma(n, alpha, beta):
+    def log_b(a, b):
+        return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+    return np.array([math.comb(n, x) * math.exp(log_b(alpha + x, beta + n - x) - log_b(alpha, beta))
+                     for x in range(n + 1)])
+
+
+def test_beta_binomial_pmf_matches_the_closed_form_and_sums_to_one():
+    pmf = beta_binomial_pmf(16, np.array([0.5, 16.5, 3.0, 80.5]), np.array([0.5, 0.5, 7.0, 0.5]))
+    for row, (a, b) in zip(pmf, [(0.5, 0.5), (16.5, 0.5), (3.0, 7.0), (80.5, 0.5)]):
+        np.testing.assert_allclose(row, beta_binomial_by_lgamma(16, a, b), rtol=1e-10)
+        assert row.sum() == pytest.approx(1.0)
+
+
+def test_the_predicted_chance_to_qualify_is_beta_binomial_under_the_keep_rule():
+    skipper = skipper_with(history_decay=0.5)
+    assert skipper.qualify_probability(["never seen"]).tolist() == [1.0]
+    uniform_history(skipper, ["p"], groups=2)  # decayed counts: right = responses = 16 * 0.5 + 16 = 24
+    pmf = beta_binomial_by_lgamma(16, 0.5 + 24, 0.5)
+    assert skipper.qualify_probability(["p"])[0] == pytest.approx(1 - pmf[0] - pmf[16])
+    band = skipper_with(keep_rule=resolve_keep_rule("band", {"low": 0.25, "high": 0.75}), history_decay=0.5)
+    uniform_history(band, ["p"], groups=2)
+    assert band.qualify_probability(["p"])[0] == pytest.approx(pmf[4:13].sum())  # 4..12 right of 16
+
+
+def test_new_prompts_and_prompts_with_a_recent_mixed_group_are_not_candidates():
+    skipper = skipper_with(explore_init=0.05, explore_min=0.05, max_qualify_probability=0.2)
+    uniform_history(skipper, ["solved", "mixed"], groups=6)
+    skipper.record(["mixed"], right=np.array([8]), sizes=np.array([16]), qualified=np.array([True]))
+    uniform_history(skipper, ["mixed"], groups=2)
+    probability = skipper.qualify_probability(["new", "mixed", "solved"])
+    assert probability[0] == 1.0 and probability[1] > 0.2 > probability[2]
+    skipped = sum(not g for _ in range(100) for g in skipper.choose(["new", "mixed"]))
+    assert skipped == 0
+
+
+def test_candidates_are_skipped_with_probability_one_minus_explore():
+    skipper = skipper_with(seed=1, explore_init=0.7, max_consecutive_skips=10**6)
     keys = [f"p{i}" for i in range(4000)]
-    skipper.record(keys, qualified=np.zeros(4000, bool), mostly_right=np.zeros(4000, bool))
+    uniform_history(skipper, keys, groups=20, right=False)
+    assert (skipper.qualify_probability(keys) < 0.1).all()
     skipped = 4000 - int(skipper.choose(keys).sum())
-    assert skipped / 4000 == pytest.approx(0.3, abs=0.03)  # 1 - 0.7^1
+    assert skipped / 4000 == pytest.approx(0.3, abs=0.03)
 
 
 def test_no_prompt_is_skipped_more_than_max_consecutive_skips_times_in_a_row_in_random_scenarios():
     rng = np.random.default_rng(0)
+    reached = 0
     for scenario in range(40):
         bound = int(rng.integers(1, 5))
-        skipper = PromptSkipper(
-            settings(explore_init=float(rng.uniform(0.01, 1)), explore_min=0.01, max_consecutive_skips=bound),
-            seed=scenario,
-        )
-        run = {}  # key -> skips in a row observed from outside
+        skipper = skipper_with(seed=scenario, explore_init=float(rng.uniform(0.01, 1)), explore_min=0.01,
+                               max_consecutive_skips=bound, max_qualify_probability=float(rng.uniform(0.2, 1)))
+        run, longest = {}, 0  # key -> skips in a row observed from outside; the longest run seen
         keys = np.arange(int(rng.integers(2, 30)))
         for _ in range(60):
             shown = rng.choice(keys, size=int(rng.integers(1, 20)))
             generate = skipper.choose(shown)
             for key, gen in zip(shown.tolist(), generate.tolist()):
                 run[key] = 0 if gen else run.get(key, 0) + 1
+                longest = max(longest, run[key])
                 assert run[key] <= bound, (scenario, key)
             generated = shown[generate]
-            skipper.record(generated, qualified=rng.random(len(generated)) < 0.1,
-                           mostly_right=rng.random(len(generated)) < 0.5)
+            right = rng.choice([0, 2, 4], p=[0.45, 0.1, 0.45], size=len(generated))
+            skipper.record(generated, right=right, sizes=np.full(len(generated), 4), qualified=right == 2)
             skipper.end_step(len(generated), int(rng.integers(0, len(generated) + 1)))
-        assert max(run.values()) <= bound
+        reached += longest == bound
+    assert reached >= 30  # most scenarios do run into the bound
 
 
 def test_explore_adapts_toward_the_target_keep_rate_within_its_bounds():
-    skipper = PromptSkipper(settings(target_keep_rate=0.5, explore_init=0.5, explore_min=0.3, explore_step=0.125), 0)
+    skipper = skipper_with(target_keep_rate=0.5, explore_init=0.5, explore_min=0.3, explore_step=0.125)
     skipper.end_step(generated_groups=10, kept_groups=2)  # keep rate 0.2 < 0.5: skip more
     assert skipper.explore == 0.375
     skipper.end_step(10, 2)
@@ -223,17 +258,21 @@ def test_a_resumed_sampler_decides_exactly_like_the_uninterrupted_one():
 
 
 def test_prompts_skipped_then_generated_are_counted_with_how_many_qualified():
-    skipper = PromptSkipper(settings(explore_init=0.05, explore_min=0.05, max_consecutive_skips=1), seed=0)
+    skipper = skipper_with(explore_init=0.05, explore_min=0.05, max_consecutive_skips=1, max_qualify_probability=0.5)
     skipper.begin_step()
-    skipper.record(["a", "b"], qualified=np.array([False, False]), mostly_right=np.array([True, False]))
+    uniform_history(skipper, ["a"], groups=3, right=True)
+    uniform_history(skipper, ["b"], groups=3, right=False)
+    predicted = skipper.qualify_probability(["a", "b"])
     assert skipper.choose(["a", "b"]).tolist() == [False, False]  # 95% each; seed 0 skips both
     assert skipper.choose(["a", "b"]).tolist() == [True, True]  # the bound: skipped once, now generated
-    skipper.record(["a", "b"], qualified=np.array([True, False]), mostly_right=np.array([True, False]))
+    skipper.record(["a", "b"], right=np.array([9, 0]), sizes=np.array([16, 16]), qualified=np.array([True, False]))
     metrics = skipper.end_step(generated_groups=4, kept_groups=1)
-    assert metrics["skipped_prompts"] == 2 and metrics["skipped_easy_prompts"] == 1
-    assert metrics["forced_prompts"] == 2
+    assert metrics["skipped_prompts"] == 2 and metrics["skipped_easy_prompts"] == 1  # "a" was all right
+    assert metrics["candidate_prompts"] == 4 and metrics["forced_prompts"] == 2
     assert (metrics["generated_after_skip"], metrics["qualified_after_skip"]) == (2, 1)
     assert metrics["considered_prompts"] == 4 and metrics["skipped_fraction"] == 0.5
+    assert metrics["predicted_qualify_of_skipped"] == pytest.approx(predicted.mean())
+    assert metrics["skip_probability"] == pytest.approx(0.95)
     assert skipper.step_skipped_keys == ["a", "b"]
 
 
@@ -244,7 +283,7 @@ def test_skip_metrics_are_reported_under_their_prefix_only_when_skipping_is_on()
     assert off.skipper is None
     metrics_on = run_steps(on, world, world.stream(), [1])[0].metrics
     metrics_off = run_steps(off, world, world.stream(), [1])[0].metrics
-    assert {S + "skipped_prompts", S + "explore_probability", S + "qualified_after_skip"} <= set(metrics_on)
+    assert {S + "skipped_prompts", S + "skip_probability", S + "qualified_after_skip"} <= set(metrics_on)
     assert not [k for k in metrics_off if k.startswith(S)]
 
 
@@ -296,7 +335,7 @@ def test_rows_without_extra_info_index_are_refused_not_given_verls_index_zero():
 class DataProtoRun:
     """The trainer's shapes: DataProto prompts with extra_info from a stream, rollouts repeated n times."""
 
-    N = 2
+    N = 4
 
     def __init__(self, pass_rates):
         self.pass_rates = np.asarray(pass_rates)
@@ -312,8 +351,8 @@ class DataProtoRun:
         uids = np.repeat([f"u{next(self.serial)}" for _ in range(len(prompts))], self.N)
         rollouts.non_tensor_batch["uid"] = np.array(uids, dtype=object)
         index = np.array([e["index"] for e in rollouts.non_tensor_batch["extra_info"]])
-        # a solved prompt (rate 1) answers right twice; any other answers right then wrong: it always qualifies
-        acc = (self.pass_rates[index] == 1.0) | (np.arange(len(index)) % self.N == 0)
+        # a solved prompt (rate 1) answers right every time; any other right twice then wrong: it always qualifies
+        acc = (self.pass_rates[index] == 1.0) | (np.arange(len(index)) % self.N < 2)
         return ScoredRound(rollouts, uids, acc)
 
 

@@ -43,31 +43,42 @@ class DynamicSamplingConfigError(ValueError):
 
 @dataclass(kw_only=True)
 class SkipSettings:
-    """``dapo.dynamic_sampling.skip``: skip prompts before generation when their recent groups did not qualify
-    (GRESO, arXiv 2506.02177; ``skipping.PromptSkipper``). A prompt whose last z generated groups in a row did
-    not qualify is skipped with probability ``1 - explore^z`` when it comes up again, and generated in any case
-    after ``max_consecutive_skips`` skips in a row. ``explore`` moves by ``explore_step`` after each step, down
-    when fewer than ``target_keep_rate`` of the step's generated groups qualified, up otherwise, within
-    [``explore_min``, 1]."""
+    """``dapo.dynamic_sampling.skip``: skip prompts before generation when their recent groups predict that the
+    next will not qualify (``skipping.PromptSkipper``, after GRESO, arXiv 2506.02177). A prompt whose predicted
+    chance to qualify is below ``max_qualify_probability`` is skipped with probability ``1 - explore`` when it comes
+    up, and generated in any case after ``max_consecutive_skips`` skips in a row. ``explore`` moves by
+    ``explore_step`` after each step, down when fewer than ``target_keep_rate`` of the step's generated groups
+    qualified, up otherwise, within [``explore_min``, 1]."""
 
     enable: bool = False
-    """Off by default: see the README (skipping trades prompts it would have trained on for generation saved)."""
+    """Off by default: see the README (in the simulation it saves generation late in a run, when many prompts are
+    solved every time, and little while the policy is still learning fast; not yet measured in a real run)."""
 
-    target_keep_rate: float = 0.6
-    """Fraction of generated groups that should qualify; the exploration probability adapts toward it."""
+    max_qualify_probability: float = 0.1
+    """A prompt is a skip candidate when the predicted chance that its next group qualifies is below this (from its
+    decayed right / total answers and the keep rule). It bounds the share of skipped prompts that would have
+    qualified, as far as the prediction holds."""
+
+    history_decay: float = 0.8
+    """Weight of a prompt's earlier answers at each new group of it: 1 keeps all history, lower forgets faster (for
+    a policy that changes fast between two visits of a prompt)."""
+
+    target_keep_rate: float = 0.8
+    """Fraction of generated groups that should qualify; the exploration probability adapts toward it (above it,
+    skipping switches itself off)."""
 
     explore_init: float = 0.5
-    """Exploration probability at the start of the run."""
+    """Exploration probability at the start of the run: a candidate is generated with this probability."""
 
     explore_min: float = 0.05
-    """Smallest exploration probability: a prompt with one non-qualifying group is generated at least this often."""
+    """Smallest exploration probability: every candidate is still generated at least this often."""
 
-    explore_step: float = 0.02
+    explore_step: float = 0.05
     """Change of the exploration probability after each training step that generated groups."""
 
-    max_consecutive_skips: int = 4
-    """A prompt skipped this many times in a row is generated the next time it comes up (the bound on how long
-    any prompt is left out; a prompt comes up about once per epoch)."""
+    max_consecutive_skips: int = 8
+    """A prompt skipped this many times in a row is generated the next time it comes up (the bound on how long any
+    prompt is left out; a prompt comes up about once per epoch)."""
 
     seed: Optional[int] = None
     """Seed of the skip draws (null: ``data.seed``, or 0 when that is null too); the generator's state is saved with
@@ -305,6 +316,8 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
         if not isinstance(skip.enable, bool):
             problems.append(f"{SKIP}.enable must be true or false, got {skip.enable!r}")
         for key, low, high, low_open in (
+            ("max_qualify_probability", 0.0, 1.0, True),
+            ("history_decay", 0.0, 1.0, True),
             ("target_keep_rate", 0.0, 1.0, True),
             ("explore_min", 0.0, 1.0, True),
             ("explore_init", 0.0, 1.0, True),

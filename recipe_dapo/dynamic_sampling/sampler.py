@@ -41,8 +41,6 @@ METRIC_PREFIX = "dynamic_sampling/"
 SKIP_METRIC_PREFIX = METRIC_PREFIX + "skip/"
 STATE_VERSION = 2
 READABLE_STATE_VERSIONS = (1, 2)  # version 1: before prompt skipping (no skipper state)
-MOSTLY_RIGHT = 0.5
-"""A non-qualifying group with a success rate above this counts as too easy, else as too hard (skip metrics)."""
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -90,7 +88,11 @@ class DynamicSampler:
         self.config = config
         self._ops = ops
         self._keep_rule = config.keep_decision()
-        self.skipper = PromptSkipper(config.skip, config.skip_seed) if config.skip.enable else None
+        self.skipper = (
+            PromptSkipper(config.skip, config.skip_seed, self._keep_rule, config.same_value_tolerance)
+            if config.skip.enable
+            else None
+        )
         self._pool = GroupBuffer(ops)
         self._keep_rate = KeepRateEstimate(prior=config.keep_rate_prior)
         self._totals = _Totals()
@@ -187,7 +189,7 @@ class DynamicSampler:
         self._refuse_reused_group_ids(stats.group_ids)
         if self.skipper is not None:
             keys = _group_prompt_keys(self._ops.prompt_keys(rollouts), stats)
-            self.skipper.record(keys, stats.keep, stats.success_rate > MOSTLY_RIGHT)
+            self.skipper.record(keys, right=stats.success_rate * stats.sizes, sizes=stats.sizes, qualified=stats.keep)
 
         kept_rows, kept_offsets = stats.rows_of(stats.keep)
         if kept_rows.shape[0] == num_rows and np.array_equal(kept_rows, np.arange(num_rows)):
