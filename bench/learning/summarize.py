@@ -238,16 +238,24 @@ def results_table(runs: dict[tuple[str, int], Run]) -> str:
         "train acc first 5 -> last 5 steps | entropy first 5 -> last 5 | length, last 5 | clipfrac | "
         "clipfrac high | wall (s) |"
     )
-    lines = [header, "|" + "---|" * 12]
+    return _table(header, runs, ARMS, lambda arm, seed, run: final_figures(run), _row)
+
+
+def _table(header: str, runs: dict[tuple[str, int], Run], arms, figures, row) -> str:
+    """A Markdown table: one ``row`` of ``figures(arm, seed, run)`` per run (arms in order, then seeds), then the
+    mean row of each arm that has several seeds."""
+    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     rows: dict[str, list[dict]] = {}
-    for (arm, seed), run in sorted(runs.items(), key=lambda item: (ARMS.index(item[0][0]), item[0][1])):
-        f = final_figures(run)
+    for (arm, seed), run in sorted(runs.items(), key=lambda item: (arms.index(item[0][0]), item[0][1])):
+        f = figures(arm, seed, run)
         rows.setdefault(arm, []).append(f)
-        lines.append(_row(LABELS[arm], str(seed), f))
+        lines.append(row(LABELS[arm], str(seed), f))
     if any(len(r) > 1 for r in rows.values()):
         for arm, figs in rows.items():
-            mean = {k: float(np.nanmean([f[k] for f in figs])) for k in figs[0]}
-            lines.append(_row(f"**{LABELS[arm]}**", f"mean of {len(figs)}", mean))
+            with warnings.catch_warnings():  # a figure no seed of the arm has (skips of the baseline) stays nan
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = {k: float(np.nanmean([f[k] for f in figs])) for k in figs[0]}
+            lines.append(row(f"**{LABELS[arm]}**", f"mean of {len(figs)}", mean))
     return "\n".join(lines)
 
 
@@ -301,20 +309,12 @@ def skipping_table(runs: dict[tuple[str, int], Run], pair: Pair = PAIRS["skip"])
         "val acc at equal tokens (tokens) | train acc last 5 steps | keep rate | skipped prompts | "
         "skipped, later qualified | wall (s) |"
     )
-    lines = [header, "|" + "---|" * 12]
-    rows: dict[str, list[dict]] = {}
-    for (arm, seed), run in sorted(runs.items(), key=lambda item: (pair.arms.index(item[0][0]), item[0][1])):
+
+    def figures(arm: str, seed: int, run: Run) -> dict[str, float]:
         reference = runs.get((baseline, seed), run)
-        f = skipping_figures(run, float(reference.generated_tokens.sum()), int(reference.steps[-1]))
-        rows.setdefault(arm, []).append(f)
-        lines.append(_skipping_row(LABELS[arm], str(seed), f))
-    if any(len(r) > 1 for r in rows.values()):
-        for arm, figs in rows.items():
-            with warnings.catch_warnings():  # a figure the arm does not have (skips of the baseline) stays nan
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = {k: float(np.nanmean([f[k] for f in figs])) for k in figs[0]}
-            lines.append(_skipping_row(f"**{LABELS[arm]}**", f"mean of {len(figs)}", mean))
-    return "\n".join(lines)
+        return skipping_figures(run, float(reference.generated_tokens.sum()), int(reference.steps[-1]))
+
+    return _table(header, runs, pair.arms, figures, _skipping_row)
 
 
 def _skipping_row(arm: str, seed: str, f: dict) -> str:
