@@ -145,7 +145,7 @@ class DynamicSamplingSettings:
     """The rule's parameters, e.g. ``{low: 0.2, high: 0.8}`` for ``band`` (its defaults) or ``{min_std: 0.3}``."""
 
     skip: SkipSettings = field(default_factory=SkipSettings)
-    """Pre-rollout skipping of prompts whose recent groups did not qualify (off by default)."""
+    """Pre-rollout skipping of prompts whose recent groups predict that the next will not qualify (off by default)."""
 
 
 @dataclass(kw_only=True)

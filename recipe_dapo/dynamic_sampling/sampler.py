@@ -11,7 +11,7 @@ The trainer drives it with named calls and applies its decisions to the payload:
 
 Which groups qualify is the configured keep rule (``keep_rules``). With ``skip.enable`` the sampler also keeps a
 per-prompt history of group outcomes (``skipping.PromptSkipper``) and ``take_prompts`` leaves out prompts whose
-recent groups did not qualify, drawing the next ones in their place.
+recent groups predict that the next will not qualify, drawing the next prompts in their place.
 
 Surplus qualifying groups stay pooled for later steps; the payload is never modified, so tensors such as
 ``rollout_log_probs`` stay available for verl's rollout-correction options. When the step's
