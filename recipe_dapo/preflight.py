@@ -124,6 +124,12 @@ def rule_trainer(config: DictConfig, report: CheckReport) -> Iterable[str]:
             "while they generate, which needs the reward at sampling time; set "
             "reward.reward_model.enable_resource_pool=true or trainer.use_v1=false"
         )
+    if _select(config, "dapo.dynamic_sampling.skip.enable", False):
+        yield (
+            "dapo.dynamic_sampling.skip.enable=true with trainer.use_v1=true: prompts are skipped where the classic "
+            "trainer's rounds take them; on verl's v1 trainer verl's dataloader hands prompts to the rollout directly, "
+            "so nothing would be skipped. Set trainer.use_v1=false to skip prompts, or skip.enable=false"
+        )
     if _select(config, "algorithm.filter_groups.metric", None) == "seq_final_reward":
         yield (
             "algorithm.filter_groups.metric=seq_final_reward: on verl's v1 trainer groups are judged before the KL "
@@ -191,8 +197,8 @@ def rule_dynamic_sampling(config: DictConfig, report: CheckReport) -> Iterable[s
             train_batch_size=int(_select(config, "data.train_batch_size")),
             gen_batch_size=_select(config, "data.gen_batch_size"),
         )
-    except ValueError as exc:
-        yield str(exc)
+    except ValueError as exc:  # DynamicSamplingConfigError lists every problem of the keep rule and skip settings
+        yield from getattr(exc, "problems", [str(exc)])
     if not _select(config, "algorithm.filter_groups.enable", False):
         return
     if int(_select(config, "actor_rollout_ref.rollout.n", 1)) < 2:
@@ -353,6 +359,18 @@ def _validate_file(path: str, mtime_ns: int, size: int, prompt_key: str) -> str 
         except RLDataError as exc:
             _validated[cache_key] = str(exc)
     return _validated[cache_key]
+
+
+def rule_prompt_keys(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """Prompt skipping needs every training row to carry a prompt id no other prompt shares."""
+    if not _select(config, "dapo.dynamic_sampling.skip.enable", False):
+        return []
+    from recipe_dapo.data.prompt_ids import prompt_key_problems
+
+    files = [path for path in _paths(_select(config, "data.train_files")) if os.path.isfile(path)]
+    if not files:  # absent files are rule_data_files' to report
+        return []
+    return prompt_key_problems(files, str(_select(config, "data.prompt_key", "prompt")))
 
 
 def rule_model_path(config: DictConfig, report: CheckReport) -> Iterable[str]:
@@ -530,6 +548,7 @@ RULES: tuple[Rule, ...] = (
     rule_legacy_keys,
     rule_cluster_shape,
     rule_data_files,
+    rule_prompt_keys,
     rule_model_path,
     rule_cpu_memory,
 )
@@ -684,6 +703,8 @@ def summarize(config: DictConfig) -> dict[str, object]:
         "loss": f"{get(f'{actor}.policy_loss.loss_mode')}, {get(f'{actor}.loss_agg_mode')}, "
         f"clip {get(f'{actor}.clip_ratio_low')} / {get(f'{actor}.clip_ratio_high')}",
         "dynamic sampling": get("algorithm.filter_groups.enable"),
+        "keep rule / prompt skipping": f"{get('dapo.dynamic_sampling.keep_rule')} / "
+        f"{get('dapo.dynamic_sampling.skip.enable')}",
         "overlong buffer": get("reward.reward_kwargs.overlong_buffer_cfg.enable"),
         "sequence / tensor parallel": f"{get(f'{actor}.ulysses_sequence_parallel_size')} / "
         f"{get('actor_rollout_ref.rollout.tensor_model_parallel_size')}",

@@ -97,6 +97,7 @@ class RayDAPOTrainer(RayPPOTrainer):
             OmegaConf.select(self.config, "dapo.dynamic_sampling"),
             train_batch_size=int(data.train_batch_size),
             gen_batch_size=int(data.get("gen_batch_size") or data.train_batch_size),
+            seed=data.get("seed"),  # the prompt-skip draws' seed unless dapo.dynamic_sampling.skip.seed is set
         )
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):

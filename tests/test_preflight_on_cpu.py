@@ -61,6 +61,9 @@ def test_v1_trainer_in_sync_mode_with_the_recipes_sampler_passes_and_the_log_say
     assert "RayDAPOTrainer on verl's classic RayPPOTrainer" in trainer_in_use(compose_recipe_config(small_run(data)))
     for seq_final in ("algorithm.filter_groups.metric=seq_final_reward",):
         assert "judged before the KL" in refusal(small_run(data, "trainer.use_v1=true", seq_final))
+    assert "nothing would be skipped" in refusal(
+        small_run(data, "trainer.use_v1=true", "dapo.dynamic_sampling.skip.enable=true")
+    )
 
 
 def test_metric_reward_is_accepted_like_the_sampler_accepts_it(data):
@@ -159,3 +162,68 @@ def test_v1_without_transferqueue_installed_is_refused_with_the_install_command(
                         lambda name, *a: None if name == "transfer_queue" else real_find_spec(name, *a))
     message = refusal(small_run(data, "trainer.use_v1=true"))
     assert "pip install 'transferqueue" in message
+
+
+# ----------------------------------------------------------------------------- keep rules and prompt skipping
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["dapo.dynamic_sampling.keep_rule=bnad"], ["'bnad' is not a registered keep rule; did you mean 'band'?"]),
+        (
+            ["dapo.dynamic_sampling.keep_rule=band", "+dapo.dynamic_sampling.keep_rule_args={low:0.9,high:0.1}"],
+            ["low=0.9 is above high=0.1: did you swap them?"],
+        ),
+        (
+            ["dapo.dynamic_sampling.keep_rule=band", "+dapo.dynamic_sampling.keep_rule_args.high=1.5"],
+            ["high=1.5 is outside [0, 1]"],
+        ),
+        (
+            ["dapo.dynamic_sampling.skip.explore_min=0", "dapo.dynamic_sampling.skip.target_keep_rate=1.2"],
+            ["skip.target_keep_rate must lie in (0.0, 1.0]", "skip.explore_min must lie in (0.0, 1.0]"],
+        ),
+        (
+            ["dapo.dynamic_sampling.skip.enable=true", "algorithm.filter_groups.enable=false"],
+            ["skip.enable=true needs algorithm.filter_groups.enable=true"],
+        ),
+    ],
+)
+def test_keep_rule_and_skip_mistakes_are_each_refused_with_their_key(data, overrides, expected):
+    message = refusal(small_run(data, *overrides))
+    for text in expected:
+        assert text in message
+    problems = [line for line in message.splitlines() if line.startswith("  - ")]
+    assert len(problems) == len(expected), message
+
+
+def test_skipping_is_accepted_on_data_whose_rows_carry_a_prompt_id(data):
+    from recipe_dapo.preflight import check_config
+
+    report = check_config(compose_recipe_config(small_run(data, "dapo.dynamic_sampling.skip.enable=true")))
+    assert report.summary["keep rule / prompt skipping"] == "spread / True"
+
+
+def test_skipping_is_refused_on_rows_without_a_prompt_id_or_with_one_shared_by_two_prompts(data, tmp_path):
+    import pandas as pd
+
+    train = next(o.split("=", 1)[1] for o in data if o.startswith("data.train_files="))
+    rows = pd.read_parquet(train)
+    no_index = rows.copy()
+    no_index["extra_info"] = [{"split": "train"}] * len(rows)
+    no_index.to_parquet(tmp_path / "no_index.parquet")
+    # A second file numbered like the first but with its prompts rotated by one row: each id names two prompts.
+    shifted = rows.copy()
+    shifted["prompt"] = list(rows["prompt"][1:]) + [rows["prompt"][0]]
+    shifted.to_parquet(tmp_path / "shifted.parquet")
+
+    skip = "dapo.dynamic_sampling.skip.enable=true"
+    message = refusal(small_run(data, skip, f"data.train_files={tmp_path / 'no_index.parquet'}"))
+    assert f"{len(rows)} training rows have no extra_info.index" in message and "no_index.parquet row 0" in message
+    both = f"data.train_files=[{train},{tmp_path / 'shifted.parquet'}]"
+    message = refusal(small_run(data, skip, both))
+    assert "training rows share their prompt id (data_source#extra_info.index) with a different prompt" in message
+    # Copies of one problem under one id are the DAPO releases' layout, not a collision.
+    from recipe_dapo.preflight import check_config
+
+    check_config(compose_recipe_config(small_run(data, skip, f"data.train_files=[{train},{train}]")))

@@ -29,3 +29,28 @@ def test_ci_runs_the_readme_test_command():
 def test_every_script_the_readme_names_exists():
     for path in set(re.findall(r"(scripts/[\w./-]+\.sh)", README)):
         assert (REPO_ROOT / path).exists(), path
+
+
+def knob_rows() -> list[list[str]]:
+    """The cells of the README's knob table (technique, override, paper, recipe default, what it does)."""
+    block = README.split("## The DAPO knobs", 1)[1].split("\n#", 1)[0]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in block.splitlines() if line.startswith("| ")]
+
+
+def test_the_knob_table_documents_every_keep_rule_and_skip_setting_with_its_default():
+    from dataclasses import fields
+
+    from recipe_dapo.dynamic_sampling.config import DynamicSamplingSettings, SkipSettings
+
+    def shown(value) -> str:
+        return {True: "true", False: "false", None: "null"}.get(value, str(value)) if not isinstance(value, dict) else "{}"
+
+    rows = knob_rows()
+    settings = [(f"keep_rule{suffix}", getattr(DynamicSamplingSettings(), f"keep_rule{suffix}"), "")
+                for suffix in ("", "_args")]
+    settings += [(f.name, getattr(SkipSettings(), f.name), "skip.") for f in fields(SkipSettings)]
+    for name, default, section in settings:
+        row = next((r for r in rows if f"dapo.dynamic_sampling.{section}" in r[1]
+                    and (f"{section}{name}`" in r[1] or f"`{name}`" in r[1])), None)
+        assert row is not None, f"README knob table has no row for dapo.dynamic_sampling.{section}{name}"
+        assert shown(default) in row[3], (name, default, row[3])

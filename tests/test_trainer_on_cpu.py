@@ -377,3 +377,42 @@ def test_unseeded_rollouts_leave_verls_agent_loop_alone(trainer_and_device):
     trainer, _ = trainer_and_device
     trainer.fit()
     assert all(request["rollout_seed"] is None for request in trainer.async_rollout_manager.requests)
+
+
+SKIPPING = (
+    "dapo.dynamic_sampling.skip.enable=true",
+    "dapo.dynamic_sampling.skip.max_qualify_probability=0.9",  # with n = 2: a candidate after one uniform group
+    "dapo.dynamic_sampling.skip.explore_init=0.2",
+    "trainer.save_freq=1",
+)
+
+
+@pytest.fixture()
+def few_prompts(tmp_path):
+    """16 training rows: prompts come back every few steps, so that skipping has histories to act on."""
+    from recipe_dapo.default_assets import tokenizer_as_verl_loads_it, write_dataset
+
+    train_file, val_file = write_dataset(tmp_path / "data", num_train=16, num_val=4, seed=0)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    return train_file, val_file, model_dir, tokenizer_as_verl_loads_it(model_dir, None, train_file)
+
+
+def test_prompt_skipping_reads_verls_prompt_ids_and_a_resumed_run_skips_and_trains_alike(tmp_path, few_prompts,
+                                                                                          monkeypatch):
+    whole, _ = build_trainer(tmp_path / "whole", few_prompts, monkeypatch, *SKIPPING)
+    whole.fit()
+    logged = RecordingTracker.logged
+    skipped = [int(logged[step].get("dynamic_sampling/skip/skipped_prompts", 0)) for step in range(1, 6)]
+    assert sum(skipped[3:]) > 0, skipped  # the resumed steps (4, 5) skip too
+    keys = list(whole.sampler.skipper._records)
+    assert 0 < len(keys) <= 16 and all(key.rsplit("#", 1)[1].isdigit() for key in keys), keys[:3]
+    expected = whole.actor_rollout_wg.trained_sequences
+
+    first, _ = build_trainer(tmp_path / "split", few_prompts, monkeypatch, *SKIPPING, "trainer.total_training_steps=3")
+    first.fit()
+    resumed, _ = build_trainer(tmp_path / "split", few_prompts, monkeypatch, *SKIPPING)
+    resumed.fit()
+    assert resumed.sampler.skipper.state_dict()["keys"] == whole.sampler.skipper.state_dict()["keys"]
+    assert first.actor_rollout_wg.trained_sequences + resumed.actor_rollout_wg.trained_sequences == expected
+    assert [int(RecordingTracker.logged[s].get("dynamic_sampling/skip/skipped_prompts", 0)) for s in (4, 5)] == skipped[3:]

@@ -31,14 +31,27 @@ warm-up; each training runs under ``nice -n 19`` in its own folder with its own 
 
 Outputs: runs/learning/<arm>_s<seed>/{metrics.jsonl,train.log}, docs/learning/learning_curves.png,
 docs/learning/results.md.
+
+``--pair skip`` (issue 20) compares prompt skipping on against off instead: arms ``dapo`` (the recipe's defaults,
+skipping off) and ``dapo_skip`` (the same plus ``SKIP``), two seeds, at an equal generated-token budget: ``dapo`` runs
+``--dapo-steps`` steps, and ``dapo_skip`` then trains until it has generated as many tokens (it generates fewer per
+step). It first runs as many steps as ``dapo``, saving a checkpoint at the end; if its tokens fall short, it resumes
+from that checkpoint for the steps its tokens per step say are missing (constant learning rate, so the extension
+changes nothing else). The summary compares the arms at the baseline's step count (skipping: fewer tokens) and at
+its generated tokens (equal budget): docs/learning/skipping.md and skipping_curves.png. About 40-50 minutes on 2
+cores for two seeds (each arm about 7-10 minutes a seed, plus a restart), plus the one-off warm-up:
+
+    python bench/learning/run_learning.py --pair skip --seeds 0 1 --work-dir runs/learning_skip
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,6 +66,10 @@ import summarize  # noqa: E402  (bench/learning/summarize.py)
 
 logger = logging.getLogger("run_learning")
 
+# The config groups of every run: the default CPU run's sizes (size=cpu_tiny) on the CPU platform; the overrides
+# below then set this experiment's sizes.
+GROUPS = ["platform=cpu", "size=cpu_tiny"]
+
 # Overrides shared by both arms (sizes for 2 CPU cores; the platform=cpu overlay does the rest).
 COMMON = [
     "data.max_prompt_length=128",
@@ -63,7 +80,6 @@ COMMON = [
     "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
     "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
     "trainer.val_before_train=true",
-    "trainer.save_freq=-1",
     "trainer.logger=[console,file]",
 ]
 
@@ -76,6 +92,17 @@ GRPO = [
     "reward.reward_kwargs.overlong_buffer_cfg.enable=false",
     "dapo.overlong_filter.enable=false",
 ]
+
+# What turns the recipe's DAPO defaults into the prompt-skipping arm. With n = 8 a prompt becomes a skip candidate
+# after two all-right (or all-wrong) groups in a row at a predicted chance to qualify below 0.2: the default (0.1)
+# needs about nine, and a training row of this task comes up only about six times in 60 steps.
+SKIP = [
+    "dapo.dynamic_sampling.skip.enable=true",
+    "dapo.dynamic_sampling.skip.max_qualify_probability=0.2",
+]
+ARM_OVERRIDES = {"dapo": [], "grpo": GRPO, "dapo_skip": SKIP}
+BUDGET_TOLERANCE = 0.02  # the skip arm stops once it is within 2% of the baseline's generated tokens
+MAX_EXTENSIONS = 3
 
 
 def build_assets(out: Path, warmup_steps: int, num_val: int, seed: int = 0) -> dict[str, str]:
@@ -107,15 +134,10 @@ def restrict_to_facts(assets: dict[str, str], out: Path, num_facts: int, seed: i
     return dict(assets, train_file=str(out / "train.parquet"), val_file=str(out / "val.parquet"))
 
 
-def train_arm(arm: str, seed: int, steps: int, args, assets: dict[str, str]) -> Path:
-    """One training run under ``nice -n 19`` in its own folder (and its own local Ray); returns the folder."""
-    run_dir = args.work_dir / f"{arm}_s{seed}"
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.exists() and summarize.last_step(metrics) >= steps and not args.force:
-        logger.info("%s seed %d: reusing %s", arm, seed, metrics)
-        return run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    overrides = [
+def arm_overrides(arm: str, seed: int, steps: int, args, assets: dict[str, str], run_dir: Path,
+                  resumable: bool = False) -> list[str]:
+    """The Hydra overrides of one run (after ``GROUPS``)."""
+    return [
         f"data.train_files={assets['train_file']}",
         f"data.val_files={assets['val_file']}",
         f"actor_rollout_ref.model.path={assets['model_path']}",
@@ -136,18 +158,38 @@ def train_arm(arm: str, seed: int, steps: int, args, assets: dict[str, str]) -> 
         f"data.seed={seed}",
         f"actor_rollout_ref.rollout.seed={seed}",
         f"actor_rollout_ref.actor.data_loader_seed={seed}",
+        f"trainer.save_freq={steps if resumable else -1}",
         *COMMON,
-        *(GRPO if arm == "grpo" else []),
+        *ARM_OVERRIDES[arm],
         *args.overrides,
     ]
-    command = ["nice", "-n", "19", sys.executable, "-m", "recipe_dapo.main_dapo", "platform=cpu", *overrides]
+
+
+def train_arm(arm: str, seed: int, steps: int, args, assets: dict[str, str], resumable: bool = False,
+              fresh: bool = False) -> Path:
+    """One training run under ``nice -n 19`` in its own folder (and its own local Ray); returns the folder.
+
+    ``resumable``: save a checkpoint at the last step, and continue from the folder's checkpoint when there is one
+    (``fresh`` deletes it first)."""
+    run_dir = args.work_dir / f"{arm}_s{seed}"
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists() and summarize.last_step(metrics) >= steps and not fresh:
+        logger.info("%s seed %d: reusing %s", arm, seed, metrics)
+        return run_dir
+    if fresh:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        for stale in (metrics, run_dir / "wall_seconds.txt"):
+            stale.unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    overrides = arm_overrides(arm, seed, steps, args, assets, run_dir, resumable)
+    command = ["nice", "-n", "19", sys.executable, "-m", "recipe_dapo.main_dapo", *GROUPS, *overrides]
     (run_dir / "command.txt").write_text(shlex.join(command) + "\n")
     env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", RAY_DEDUP_LOGS="0",
                VERL_FILE_LOGGER_PATH=str(metrics))
     env.pop("RAY_ADDRESS", None)  # always a fresh local Ray
     logger.info("%s seed %d: %d steps -> %s", arm, seed, steps, run_dir)
     start = time.time()
-    with open(run_dir / "train.log", "w") as log:
+    with open(run_dir / "train.log", "a" if resumable else "w") as log:
         # Own session: the run's Ray processes can be ended afterwards without touching anybody else's.
         process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
@@ -155,9 +197,31 @@ def train_arm(arm: str, seed: int, steps: int, args, assets: dict[str, str]) -> 
             returncode = process.wait()
         finally:
             _end_session(process.pid)
-    (run_dir / "wall_seconds.txt").write_text(f"{time.time() - start:.0f}\n")
+    wall = run_dir / "wall_seconds.txt"
+    earlier = float(wall.read_text()) if resumable and wall.exists() else 0.0  # a resumed run adds its time
+    wall.write_text(f"{earlier + time.time() - start:.0f}\n")
     if returncode != 0:
         raise RuntimeError(f"{arm} seed {seed} failed ({returncode}); see {run_dir / 'train.log'}")
+    return run_dir
+
+
+def train_to_budget(arm: str, seed: int, budget_tokens: float, first_steps: int, args, assets: dict[str, str]) -> Path:
+    """Train ``arm`` until it has generated ``budget_tokens`` (within BUDGET_TOLERANCE): ``first_steps`` steps, then
+    resumed from its checkpoint for as many steps as its tokens per step say are missing."""
+    steps, fresh = first_steps, args.force
+    metrics = args.work_dir / f"{arm}_s{seed}" / "metrics.jsonl"
+    if metrics.exists() and not fresh:  # extended by an earlier invocation: continue from there
+        steps = max(steps, summarize.last_step(metrics))
+    for _ in range(MAX_EXTENSIONS + 1):
+        run_dir = train_arm(arm, seed, steps, args, assets, resumable=True, fresh=fresh)
+        fresh = False
+        spent = summarize.load_run(run_dir / "metrics.jsonl", args.n, args.train_batch_size).generated_tokens.sum()
+        if spent >= budget_tokens * (1 - BUDGET_TOLERANCE):
+            break
+        missing = math.ceil((budget_tokens - spent) / (spent / steps))
+        logger.info("%s seed %d: %d of %d tokens after %d steps: %d more steps", arm, seed, spent, budget_tokens,
+                    steps, missing)
+        steps += missing
     return run_dir
 
 
@@ -172,8 +236,10 @@ def _end_session(sid: int) -> None:
             pass
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", choices=sorted(summarize.PAIRS), default="dapo-grpo",
+                        help="dapo-grpo: DAPO against the GRPO baseline; skip: DAPO with prompt skipping against without")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--dapo-steps", type=int, default=60)
     parser.add_argument("--train-batch-size", type=int, default=8, help="prompts (groups) per step")
@@ -194,7 +260,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--force", action="store_true", help="retrain runs that already have metrics")
     parser.add_argument("--summarize-only", action="store_true")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for both arms")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args.work_dir = args.work_dir.resolve()
 
@@ -204,15 +274,21 @@ def main(argv: list[str] | None = None) -> None:
         if args.num_facts:
             assets = restrict_to_facts(assets, args.work_dir / "assets" / f"facts{args.num_facts}", args.num_facts)
         for seed in args.seeds:
-            dapo_dir = train_arm("dapo", seed, args.dapo_steps, args, assets)
+            dapo_dir = train_arm("dapo", seed, args.dapo_steps, args, assets, fresh=args.force)
             budget = summarize.load_run(dapo_dir / "metrics.jsonl", args.n, args.train_batch_size)
+            if args.pair == "skip":
+                tokens = float(budget.generated_tokens.sum())
+                logger.info("DAPO seed %d generated %d tokens: the skipping arm trains to the same", seed, tokens)
+                train_to_budget("dapo_skip", seed, tokens, args.dapo_steps, args, assets)
+                continue
             grpo_steps = max(1, round(budget.total_generated_responses / (args.train_batch_size * args.n)))
             logger.info("DAPO seed %d generated %d responses: GRPO gets %d steps", seed,
                         budget.total_generated_responses, grpo_steps)
-            train_arm("grpo", seed, grpo_steps, args, assets)
+            train_arm("grpo", seed, grpo_steps, args, assets, fresh=args.force)
     given = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--summarize-only"]
     command = "python bench/learning/run_learning.py " + shlex.join(given)  # the command that trains
-    summarize.write_outputs(args.work_dir, args.docs_dir, args.seeds, args.n, args.train_batch_size, command.strip())
+    summarize.write_outputs(args.work_dir, args.docs_dir, args.seeds, args.n, args.train_batch_size, command.strip(),
+                            pair=summarize.PAIRS[args.pair])
     logger.info("done in %.0f s", time.time() - start)
 
 

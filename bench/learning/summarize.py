@@ -10,6 +10,10 @@ the validation before training. The curves:
     length          response_length/mean (trained batch)
     clip fractions  actor/pg_clipfrac, actor/pg_clipfrac_eps_high (ratio above 1 + eps_high, A > 0)
 
+Two pairs of arms (``PAIRS``): ``dapo-grpo`` (results.md, learning_curves.png) and ``skip``, DAPO with prompt
+skipping against without (skipping.md, skipping_curves.png; its table puts both arms at the baseline's step count and
+at its generated tokens, and adds the keep rate and the skip counts ``dynamic_sampling/skip/*``).
+
 Generated tokens (the x axis and the budget): ``dynamic_sampling/generated_tokens`` when the run logged it
 (every response token of every round, kept or dropped: exact). Older runs: generated responses x mean
 response length, where generated responses = ``dynamic_sampling/generated_groups`` x n (``train_batch_size``
@@ -21,16 +25,61 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-ARMS = ("grpo", "dapo")
-COLOURS = {"grpo": "tab:blue", "dapo": "tab:red"}
-LABELS = {"grpo": "GRPO baseline", "dapo": "DAPO (recipe defaults)"}
+COLOURS = {"grpo": "tab:blue", "dapo": "tab:red", "dapo_skip": "tab:green"}
+LABELS = {"grpo": "GRPO baseline", "dapo": "DAPO (recipe defaults)", "dapo_skip": "DAPO + prompt skipping"}
 BEGIN, END = "<!-- BEGIN GENERATED (bench/learning/run_learning.py) -->", "<!-- END GENERATED -->"
 VAL_PATTERNS = (re.compile(r"^val/[^/]+/mean@\d+$"), re.compile(r"^val-core/[^/]+/acc/mean@\d+$"))
+SKIP = "dynamic_sampling/skip/"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two arms compared at an equal generated-token budget, and where their plot and table go."""
+
+    arms: tuple[str, str]  # (baseline, treatment); the first arm's generated tokens set the budget
+    markdown: str
+    figure: str
+    title: str
+    panels: tuple[tuple[str, str], ...]
+
+
+PAIRS = {
+    "dapo-grpo": Pair(
+        arms=("grpo", "dapo"),
+        markdown="results.md",
+        figure="learning_curves.png",
+        title="DAPO vs GRPO on synthetic one-digit arithmetic, tiny Qwen2 on CPU, equal generated-token budget",
+        panels=(
+            ("reward/acc_mean", "train accuracy (all generated responses)"),
+            ("val", "validation accuracy (mean@4, T=1)"),
+            ("actor/entropy", "entropy of the trained batch (nats/token)"),
+            ("response_length/mean", "mean response length (tokens)"),
+            ("actor/pg_clipfrac", "clip fraction (all clipped tokens)"),
+            ("actor/pg_clipfrac_eps_high", "clip fraction, upper bound (A>0, ratio>1+eps_high)"),
+        ),
+    ),
+    "skip": Pair(
+        arms=("dapo", "dapo_skip"),
+        markdown="skipping.md",
+        figure="skipping_curves.png",
+        title="DAPO with and without prompt skipping, tiny Qwen2 on CPU, equal generated-token budget",
+        panels=(
+            ("reward/acc_mean", "train accuracy (all generated responses)"),
+            ("val", "validation accuracy (mean@4, T=1)"),
+            ("dynamic_sampling/keep_rate", "keep rate (qualifying / generated groups)"),
+            (SKIP + "skipped_fraction", "skipped prompts (share of those taken)"),
+            ("dynamic_sampling/generated_tokens", "generated tokens per step"),
+            ("actor/entropy", "entropy of the trained batch (nats/token)"),
+        ),
+    ),
+}
+ARMS = PAIRS["dapo-grpo"].arms
 
 
 @dataclass
@@ -148,20 +197,13 @@ def final_figures(run: Run, last: int = 5) -> dict[str, float]:
     }
 
 
-def plot(runs: dict[tuple[str, int], Run], out: Path, smooth: int = 5) -> None:
+def plot(runs: dict[tuple[str, int], Run], out: Path, smooth: int = 5, pair: Pair = PAIRS["dapo-grpo"]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [
-        ("reward/acc_mean", "train accuracy (all generated responses)"),
-        ("val", "validation accuracy (mean@4, T=1)"),
-        ("actor/entropy", "entropy of the trained batch (nats/token)"),
-        ("response_length/mean", "mean response length (tokens)"),
-        ("actor/pg_clipfrac", "clip fraction (all clipped tokens)"),
-        ("actor/pg_clipfrac_eps_high", "clip fraction, upper bound (A>0, ratio>1+eps_high)"),
-    ]
+    panels = pair.panels
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     seeds = sorted({seed for _, seed in runs})
     styles = ["-", "--", ":", "-."]
@@ -183,11 +225,7 @@ def plot(runs: dict[tuple[str, int], Run], out: Path, smooth: int = 5) -> None:
         ax.set_xlabel("generated tokens (thousands)")
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle(
-        "DAPO vs GRPO on synthetic one-digit arithmetic, tiny Qwen2 on CPU, equal generated-token budget "
-        f"(thin: per step, thick: trailing mean of {smooth} steps)",
-        fontsize=11,
-    )
+    fig.suptitle(f"{pair.title} (thin: per step, thick: trailing mean of {smooth} steps)", fontsize=11)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -200,16 +238,24 @@ def results_table(runs: dict[tuple[str, int], Run]) -> str:
         "train acc first 5 -> last 5 steps | entropy first 5 -> last 5 | length, last 5 | clipfrac | "
         "clipfrac high | wall (s) |"
     )
-    lines = [header, "|" + "---|" * 12]
+    return _table(header, runs, ARMS, lambda arm, seed, run: final_figures(run), _row)
+
+
+def _table(header: str, runs: dict[tuple[str, int], Run], arms, figures, row) -> str:
+    """A Markdown table: one ``row`` of ``figures(arm, seed, run)`` per run (arms in order, then seeds), then the
+    mean row of each arm that has several seeds."""
+    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     rows: dict[str, list[dict]] = {}
-    for (arm, seed), run in sorted(runs.items(), key=lambda item: (ARMS.index(item[0][0]), item[0][1])):
-        f = final_figures(run)
+    for (arm, seed), run in sorted(runs.items(), key=lambda item: (arms.index(item[0][0]), item[0][1])):
+        f = figures(arm, seed, run)
         rows.setdefault(arm, []).append(f)
-        lines.append(_row(LABELS[arm], str(seed), f))
+        lines.append(row(LABELS[arm], str(seed), f))
     if any(len(r) > 1 for r in rows.values()):
         for arm, figs in rows.items():
-            mean = {k: float(np.nanmean([f[k] for f in figs])) for k in figs[0]}
-            lines.append(_row(f"**{LABELS[arm]}**", f"mean of {len(figs)}", mean))
+            with warnings.catch_warnings():  # a figure no seed of the arm has (skips of the baseline) stays nan
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = {k: float(np.nanmean([f[k] for f in figs])) for k in figs[0]}
+            lines.append(row(f"**{LABELS[arm]}**", f"mean of {len(figs)}", mean))
     return "\n".join(lines)
 
 
@@ -222,17 +268,82 @@ def _row(arm: str, seed: str, f: dict) -> str:
     )
 
 
-def write_outputs(work_dir: Path, docs_dir: Path, seeds, n: int, train_batch_size: int, command: str) -> None:
-    """learning_curves.png and the generated part of results.md (text outside the markers is kept)."""
+def val_at_tokens(run: Run, budget: float) -> tuple[float, float]:
+    """(validation accuracy, generated tokens) at the last validation within ``budget`` generated tokens."""
+    steps, values = run.val_series()
+    tokens = run.tokens_at(steps) if len(steps) else np.array([])
+    within = np.flatnonzero(tokens <= budget * (1 + 1e-9))
+    if not within.size:
+        return float("nan"), float("nan")
+    return float(values[within[-1]]), float(tokens[within[-1]])
+
+
+def val_at_step(run: Run, step: int) -> tuple[float, float]:
+    """(validation accuracy, generated tokens) at the last validation at or before training step ``step``."""
+    steps, values = run.val_series()
+    before = np.flatnonzero(steps <= step)
+    if not before.size:
+        return float("nan"), float("nan")
+    return float(values[before[-1]]), float(run.tokens_at(steps[before[-1:]])[0])
+
+
+def skipping_figures(run: Run, budget: float, baseline_steps: int) -> dict[str, float]:
+    """A skip-pair table row: the common figures, validation at the budget and at the baseline's step count, skips."""
+    figures = final_figures(run)
+    figures["val_at_budget"], figures["tokens_at_budget"] = val_at_tokens(run, budget)
+    figures["val_at_steps"], figures["tokens_at_steps"] = val_at_step(run, baseline_steps)
+    _, keep = run.series("dynamic_sampling/keep_rate")
+    figures["keep_rate_mean"] = float(keep.mean()) if keep.size else float("nan")
+    last = run.metrics.get(int(run.steps[-1]), {}) if len(run.steps) else {}
+    figures["skipped_prompts"] = float(last.get(SKIP + "total_skipped_prompts", 0.0))
+    after = last.get(SKIP + "total_generated_after_skip", 0.0)
+    figures["later_qualified"] = last.get(SKIP + "total_qualified_after_skip", 0.0) / after if after else float("nan")
+    return figures
+
+
+def skipping_table(runs: dict[tuple[str, int], Run], pair: Pair = PAIRS["skip"]) -> str:
+    """Per arm and seed, and the mean per arm: both arms at the baseline's generated tokens and at its step count."""
+    baseline, _ = pair.arms
+    header = (
+        "| arm | seed | steps | generated tokens | val acc start | val acc at equal steps (tokens) | "
+        "val acc at equal tokens (tokens) | train acc last 5 steps | keep rate | skipped prompts | "
+        "skipped, later qualified | wall (s) |"
+    )
+
+    def figures(arm: str, seed: int, run: Run) -> dict[str, float]:
+        reference = runs.get((baseline, seed), run)
+        return skipping_figures(run, float(reference.generated_tokens.sum()), int(reference.steps[-1]))
+
+    return _table(header, runs, pair.arms, figures, _skipping_row)
+
+
+def _skipping_row(arm: str, seed: str, f: dict) -> str:
+    return (
+        f"| {arm} | {seed} | {f['steps']:.0f} | {f['generated_tokens']:.0f} | {f['val_start']:.3f} | "
+        f"{f['val_at_steps']:.3f} ({f['tokens_at_steps']:.0f}) | {f['val_at_budget']:.3f} ({f['tokens_at_budget']:.0f}) | "
+        f"{f['train_acc_last']:.3f} | {f['keep_rate_mean']:.3f} | {f['skipped_prompts']:.0f} | "
+        f"{f['later_qualified']:.2f} | {f['wall_seconds']:.0f} |"
+    )
+
+
+def load_runs(work_dir: Path, seeds, n: int, train_batch_size: int, pair: Pair) -> dict[tuple[str, int], Run]:
     runs = {}
-    for arm in ARMS:
+    for arm in pair.arms:
         for seed in seeds:
             path = Path(work_dir) / f"{arm}_s{seed}" / "metrics.jsonl"
             if path.exists():
                 runs[(arm, seed)] = load_run(path, n, train_batch_size)
     if not runs:
-        raise FileNotFoundError(f"no runs under {work_dir}")
-    plot(runs, Path(docs_dir) / "learning_curves.png")
+        raise FileNotFoundError(f"no runs of {pair.arms} under {work_dir}")
+    return runs
+
+
+def write_outputs(
+    work_dir: Path, docs_dir: Path, seeds, n: int, train_batch_size: int, command: str, pair: Pair = PAIRS["dapo-grpo"]
+) -> None:
+    """The pair's figure and the generated part of its markdown file (text outside the markers is kept)."""
+    runs = load_runs(work_dir, seeds, n, train_batch_size, pair)
+    plot(runs, Path(docs_dir) / pair.figure, pair=pair)
     commands = "\n".join(
         f"# {arm} seed {seed}\n" + (Path(work_dir) / f"{arm}_s{seed}" / "command.txt").read_text().strip()
         for arm, seed in sorted(runs)
@@ -241,7 +352,7 @@ def write_outputs(work_dir: Path, docs_dir: Path, seeds, n: int, train_batch_siz
     generated = "\n".join(
         [
             BEGIN,
-            "![learning curves](learning_curves.png)",
+            f"![learning curves]({pair.figure})",
             "",
             "Made by:",
             "",
@@ -249,7 +360,7 @@ def write_outputs(work_dir: Path, docs_dir: Path, seeds, n: int, train_batch_siz
             command,
             "```",
             "",
-            results_table(runs),
+            results_table(runs) if pair is PAIRS["dapo-grpo"] else skipping_table(runs, pair),
             "",
             "<details><summary>The training commands it ran</summary>",
             "",
@@ -260,8 +371,8 @@ def write_outputs(work_dir: Path, docs_dir: Path, seeds, n: int, train_batch_siz
             END,
         ]
     )
-    results = Path(docs_dir) / "results.md"
-    text = results.read_text() if results.exists() else f"# DAPO vs GRPO on CPU: does the recipe learn?\n\n{BEGIN}\n{END}\n"
+    results = Path(docs_dir) / pair.markdown
+    text = results.read_text() if results.exists() else f"# {pair.title}\n\n{BEGIN}\n{END}\n"
     if BEGIN in text and END in text:
         text = text[: text.index(BEGIN)] + generated + text[text.index(END) + len(END):]
     else:

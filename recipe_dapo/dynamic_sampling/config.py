@@ -12,11 +12,13 @@ Two places in the run config feed it:
 
 from __future__ import annotations
 
+import difflib
 import math
-from dataclasses import dataclass, fields
-from typing import Any, Mapping, Optional
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, Mapping, Optional
 
 from recipe_dapo.dynamic_sampling.group_stats import DEFAULT_TOLERANCE
+from recipe_dapo.dynamic_sampling.keep_rules import DEFAULT_KEEP_RULE, KeepDecision, keep_rule_problems, resolve_keep_rule
 
 ROUND_SIZINGS = ("deficit", "whole")
 EXHAUSTION_POLICIES = ("train_partial", "raise")
@@ -28,6 +30,59 @@ bench/dynamic_sampling_sim.py for rounds per step against staleness)."""
 
 FILTER_GROUPS_KEYS = ("enable", "metric", "max_num_gen_batches")
 NAMESPACE = "dapo.dynamic_sampling"
+SKIP = NAMESPACE + ".skip"
+
+
+class DynamicSamplingConfigError(ValueError):
+    """Settings the sampler refuses; ``problems`` lists each with its key and fix."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass(kw_only=True)
+class SkipSettings:
+    """``dapo.dynamic_sampling.skip``: skip prompts before generation when their recent groups predict that the
+    next will not qualify (``skipping.PromptSkipper``, after GRESO, arXiv 2506.02177). A prompt whose predicted
+    chance to qualify is below ``max_qualify_probability`` is skipped with probability ``1 - explore`` when it comes
+    up, and generated in any case after ``max_consecutive_skips`` skips in a row. ``explore`` moves by
+    ``explore_step`` after each step, down when fewer than ``target_keep_rate`` of the step's generated groups
+    qualified, up otherwise, within [``explore_min``, 1]."""
+
+    enable: bool = False
+    """Off by default: see the README (in the simulation it saves generation late in a run, when many prompts are
+    solved every time, and little while the policy is still learning fast; not yet measured in a real run)."""
+
+    max_qualify_probability: float = 0.1
+    """A prompt is a skip candidate when the predicted chance that its next group qualifies is below this (from its
+    decayed right / total answers and the keep rule). It bounds the share of skipped prompts that would have
+    qualified, as far as the prediction holds."""
+
+    history_decay: float = 0.8
+    """Weight of a prompt's earlier answers at each new group of it: 1 keeps all history, lower forgets faster (for
+    a policy that changes fast between two visits of a prompt)."""
+
+    target_keep_rate: float = 0.8
+    """Fraction of generated groups that should qualify; the exploration probability adapts toward it (above it,
+    skipping switches itself off)."""
+
+    explore_init: float = 0.5
+    """Exploration probability at the start of the run: a candidate is generated with this probability."""
+
+    explore_min: float = 0.05
+    """Smallest exploration probability: every candidate is still generated at least this often."""
+
+    explore_step: float = 0.05
+    """Change of the exploration probability after each training step that generated groups."""
+
+    max_consecutive_skips: int = 8
+    """A prompt skipped this many times in a row is generated the next time it comes up (the bound on how long any
+    prompt is left out; a prompt comes up about once per epoch)."""
+
+    seed: Optional[int] = None
+    """Seed of the skip draws (null: ``data.seed``, or 0 when that is null too); the generator's state is saved with
+    the sampler's, so a resumed run decides as the uninterrupted one."""
 
 
 @dataclass(kw_only=True)
@@ -87,6 +142,16 @@ class DynamicSamplingSettings:
     """verl's v1 trainer (``trainer.use_v1=true``): seconds between two looks at TransferQueue for groups that
     finished while others still generate (verl's own replay buffer waits a fixed 2 s)."""
 
+    keep_rule: str = DEFAULT_KEEP_RULE
+    """Which groups qualify (``keep_rules``): ``spread`` (the paper: responses do not all score the same),
+    ``band`` (spread and a success rate within [low, high]) or ``min_std`` (spread and a standard deviation of at
+    least min_std); a new rule is a function plus ``@register_keep_rule``."""
+
+    keep_rule_args: Dict[str, Any] = field(default_factory=dict)
+    """The rule's parameters, e.g. ``{low: 0.2, high: 0.8}`` for ``band`` (its defaults) or ``{min_std: 0.3}``."""
+
+    skip: SkipSettings = field(default_factory=SkipSettings)
+    """Pre-rollout skipping of prompts whose recent groups predict that the next will not qualify (off by default)."""
 
 
 @dataclass(kw_only=True)
@@ -114,6 +179,9 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
     """``algorithm.filter_groups.max_num_gen_batches``: at most this many ``gen_batch_size`` worth of
     prompts are generated per step (<= 0: no limit); then ``on_exhausted`` applies."""
 
+    seed: int = 0
+    """``data.seed`` (null: 0): the skip draws' seed when ``skip.seed`` is null."""
+
     # ---------------------------------------------------------------- construction
 
     @classmethod
@@ -124,6 +192,7 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
         *,
         train_batch_size: int,
         gen_batch_size: Optional[int] = None,
+        seed: Optional[int] = None,
     ) -> "DynamicSamplingConfig":
         """Build and validate from ``algorithm.filter_groups`` and ``dapo.dynamic_sampling``.
 
@@ -148,9 +217,14 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
                     f"unknown setting {NAMESPACE}.{key}; the known keys are {', '.join(own_fields)}"
                 )
             values[key] = value
+        if "skip" in values:
+            values["skip"] = _skip_settings(values["skip"])
+        if "keep_rule_args" in values:
+            values["keep_rule_args"] = dict(values["keep_rule_args"] or {})
         config = cls(
             train_batch_size=train_batch_size,
             gen_batch_size=gen_batch_size if gen_batch_size is not None else train_batch_size,
+            seed=int(seed) if seed is not None else 0,
             **values,
         )
         config.validate()
@@ -170,6 +244,15 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
     def max_round(self) -> int:
         """Largest deficit round in prompts (``max_round_prompts`` resolved)."""
         return int(self.max_round_prompts) if self.max_round_prompts is not None else self.gen_batch_size
+
+    @property
+    def skip_seed(self) -> int:
+        """Seed of the skip draws: ``skip.seed``, else ``data.seed``."""
+        return int(self.skip.seed) if self.skip.seed is not None else int(self.seed)
+
+    def keep_decision(self) -> KeepDecision:
+        """The configured keep rule with its arguments bound."""
+        return resolve_keep_rule(self.keep_rule, self.keep_rule_args)
 
     @property
     def prompt_budget(self) -> Optional[int]:
@@ -230,6 +313,61 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
                 f"({self.max_round}, {NAMESPACE}.max_round_prompts or data.gen_batch_size); lower the first "
                 "or raise the second"
             )
+        problems = keep_rule_problems(self.keep_rule, self.keep_rule_args) + self._skip_problems()
+        if problems:
+            raise DynamicSamplingConfigError(problems)
+
+    def _skip_problems(self) -> list[str]:
+        skip = self.skip
+        problems = []
+        if not isinstance(skip.enable, bool):
+            problems.append(f"{SKIP}.enable must be true or false, got {skip.enable!r}")
+        for key, low, high, low_open in (
+            ("max_qualify_probability", 0.0, 1.0, True),
+            ("history_decay", 0.0, 1.0, True),
+            ("target_keep_rate", 0.0, 1.0, True),
+            ("explore_min", 0.0, 1.0, True),
+            ("explore_init", 0.0, 1.0, True),
+            ("explore_step", 0.0, 1.0, True),
+        ):
+            try:
+                _check_number(f"{SKIP}.{key}", getattr(skip, key), low=low, high=high, low_open=low_open)
+            except ValueError as exc:
+                problems.append(str(exc))
+        try:
+            _check_int(f"{SKIP}.max_consecutive_skips", skip.max_consecutive_skips, minimum=1)
+        except ValueError as exc:
+            problems.append(str(exc))
+        if skip.seed is not None and (isinstance(skip.seed, bool) or not isinstance(skip.seed, int)):
+            problems.append(f"{SKIP}.seed must be an integer or null (data.seed), got {skip.seed!r}")
+        if not problems and skip.explore_init < skip.explore_min:
+            problems.append(
+                f"{SKIP}.explore_init={skip.explore_init} is below explore_min={skip.explore_min}; raise it or "
+                "lower explore_min"
+            )
+        if skip.enable is True and not self.enable:
+            problems.append(
+                f"{SKIP}.enable=true needs algorithm.filter_groups.enable=true: prompts are skipped for groups that "
+                "did not qualify, and with the filter off every group qualifies"
+            )
+        return problems
+
+
+def _skip_settings(value: Any) -> SkipSettings:
+    """``dapo.dynamic_sampling.skip`` (a dict, a DictConfig or SkipSettings) as SkipSettings; unknown keys refused."""
+    if isinstance(value, SkipSettings):
+        return value
+    known = [f.name for f in fields(SkipSettings)]
+    given = {key: item for key, item in (value or {}).items() if key != "_target_"}
+    unknown = [key for key in given if key not in known]
+    if unknown:
+        raise DynamicSamplingConfigError([
+            f"unknown setting {SKIP}.{key}"
+            + "".join(f"; did you mean {close}?" for close in difflib.get_close_matches(key, known, n=1))
+            + f" (the keys: {', '.join(known)})"
+            for key in unknown
+        ])
+    return SkipSettings(**given)
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -1,4 +1,4 @@
-"""Per-group statistics of the filter metric and DAPO's keep decision (paper eq. 11), vectorised.
+"""Per-group statistics of the filter metric and the keep decision (paper eq. 11 by default), vectorised.
 
 A *group* is the set of responses to one prompt instance (verl's ``uid``). DAPO trains only on groups
 whose responses do not all score the same, because GRPO gives such groups a zero advantage:
@@ -7,7 +7,8 @@ whose responses do not all score the same, because GRPO gives such groups a zero
 
 where m_i is the filter metric of response i. Single-response groups are kept, as in the reference
 implementation (their spread is undefined, not zero). ``tolerance`` absorbs float noise, e.g. a score
-summed from float32 token rewards: 0.1 + 0.2 and 0.3 are the same value.
+summed from float32 token rewards: 0.1 + 0.2 and 0.3 are the same value. That is the ``spread`` keep rule;
+``keep_rules`` holds the others (a band on the success rate, a minimum standard deviation) and their registry.
 
 A group of two or more responses whose spread is within ``tolerance`` is *uniform*; with common value v
 (the group mean) it is
@@ -31,6 +32,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from recipe_dapo.dynamic_sampling.keep_rules import GroupView, KeepDecision, spread
+
 SOLVED_ABOVE = 0.0
 """A uniform group whose common metric value is above this counts as solved by all responses."""
 
@@ -53,7 +56,9 @@ class GroupStats:
     minimum: np.ndarray  # [G] smallest metric value
     maximum: np.ndarray  # [G] largest metric value
     mean: np.ndarray  # [G] mean metric value
-    keep: np.ndarray  # [G] bool: the group carries a learning signal (or has one response)
+    std: np.ndarray  # [G] standard deviation of the metric (ddof=0)
+    success_rate: np.ndarray  # [G] fraction of responses whose metric is above SOLVED_ABOVE
+    keep: np.ndarray  # [G] bool: the keep rule says the group carries a learning signal (or it has one response)
     solve_all: np.ndarray  # [G] bool: uniform and solved (see module docstring)
     solve_none: np.ndarray  # [G] bool: uniform and unsolved
     metric_sum: float  # sum of the metric over all trajectories (for the mean before filtering)
@@ -89,12 +94,14 @@ def group_statistics(
     filter_enabled: bool = True,
     tolerance: float = DEFAULT_TOLERANCE,
     metric_name: str = "metric",
+    keep_rule: KeepDecision = spread,
 ) -> GroupStats:
     """Group the trajectories of one round by ``group_ids`` and decide which groups to keep.
 
     ``group_ids`` and ``metric_values`` are per-trajectory 1-D sequences of equal length (ids of any
     hashable, sortable kind: verl's uid strings, ints). Booleans in ``metric_values`` read as 0/1. With
-    ``filter_enabled=False`` every group is kept (statistics are still computed).
+    ``filter_enabled=False`` every group is kept (statistics are still computed); otherwise ``keep_rule``
+    (a rule of ``keep_rules`` with its arguments bound) decides, and single-response groups are kept.
     """
     ids = np.asarray(group_ids)
     values = _as_float_vector(metric_values, metric_name)
@@ -123,10 +130,16 @@ def group_statistics(
     maximum = np.maximum.reduceat(grouped_values, offsets[:-1])
     minimum = np.minimum.reduceat(grouped_values, offsets[:-1])
     mean = np.bincount(group_of_row, weights=values, minlength=num_groups) / sizes
+    # Deviations from the group mean (not E[x^2] - E[x]^2, which cancels badly for large scores).
+    deviation = values - mean[group_of_row]
+    std = np.sqrt(np.bincount(group_of_row, weights=deviation * deviation, minlength=num_groups) / sizes)
+    successes = np.bincount(group_of_row, weights=values > SOLVED_ABOVE, minlength=num_groups)
 
     varied = (maximum - minimum) > tolerance
     uniform = ~varied & (sizes > 1)
-    keep = varied | (sizes == 1) if filter_enabled else np.ones(num_groups, dtype=bool)
+    view = GroupView(sizes=sizes, mean=mean, std=std, spread=maximum - minimum, success_rate=successes / sizes,
+                     varied=varied)
+    keep = _apply_rule(keep_rule, view) | (sizes == 1) if filter_enabled else np.ones(num_groups, dtype=bool)
     return GroupStats(
         group_ids=group_order_ids,
         order=order,
@@ -135,11 +148,23 @@ def group_statistics(
         minimum=minimum,
         maximum=maximum,
         mean=mean,
+        std=std,
+        success_rate=view.success_rate,
         keep=keep,
         solve_all=uniform & (mean > SOLVED_ABOVE),
         solve_none=uniform & (mean <= SOLVED_ABOVE),
         metric_sum=float(values.sum()),
     )
+
+
+def _apply_rule(keep_rule: KeepDecision, view: GroupView) -> np.ndarray:
+    keep = np.asarray(keep_rule(view))
+    if keep.shape != view.sizes.shape or keep.dtype != bool:
+        raise TypeError(
+            f"keep rule {getattr(keep_rule, 'func', keep_rule)!r} returned {keep.dtype} of shape {keep.shape}; a keep "
+            f"rule must return one bool per group, shape {view.sizes.shape}"
+        )
+    return keep
 
 
 def _index_groups(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -4,7 +4,7 @@
 
     sampler.begin_step(step)                                  # age the pool, open the step's budget
     while sampler.needs_more_rounds():                        # not full, budget left
-        prompts = prompt_stream.take(sampler.prompts_for_next_round())
+        prompts = sampler.take_prompts(prompt_stream, sampler.prompts_for_next_round())  # less skipped prompts
         scored = generate_round(prompts)                      # G responses per prompt, scored
         sampler.add_round(scored.rollouts, ...)               # pool the qualifying groups
     batch, metrics = sampler.take_training_batch()            # carried-over groups first
@@ -92,7 +92,7 @@ def collect_step(
     columns: list[dict] = []
     rounds = 0
     while sampler.needs_more_rounds():
-        scored = generate_round(prompts.take(sampler.prompts_for_next_round()))
+        scored = generate_round(sampler.take_prompts(prompts, sampler.prompts_for_next_round()))
         sampler.add_round(
             scored.rollouts,
             group_ids=scored.group_ids,

@@ -4,10 +4,14 @@ The trainer drives it with named calls and applies its decisions to the payload:
 
     sampler.begin_step(global_steps)                  # drops groups older than max_staleness
     while sampler.needs_more_rounds():                # not full, budget left
-        prompts = prompt_stream.take(sampler.prompts_for_next_round())
+        prompts = sampler.take_prompts(prompt_stream, sampler.prompts_for_next_round())
         rollouts = generate_and_score(prompts)        # n responses per prompt, one uid per prompt
         sampler.add_round(rollouts, group_ids=uids, metric_values=metric)
     batch, metrics = sampler.take_training_batch()    # buffered groups first (oldest first), then new
+
+Which groups qualify is the configured keep rule (``keep_rules``). With ``skip.enable`` the sampler also keeps a
+per-prompt history of group outcomes (``skipping.PromptSkipper``) and ``take_prompts`` leaves out prompts whose
+recent groups predict that the next will not qualify, drawing the next prompts in their place.
 
 Surplus qualifying groups stay pooled for later steps; the payload is never modified, so tensors such as
 ``rollout_log_probs`` stay available for verl's rollout-correction options. When the step's
@@ -30,11 +34,14 @@ from recipe_dapo.dynamic_sampling.buffer import GroupBuffer
 from recipe_dapo.dynamic_sampling.config import NAMESPACE, DynamicSamplingConfig
 from recipe_dapo.dynamic_sampling.group_stats import GroupStats, group_statistics
 from recipe_dapo.dynamic_sampling.sizing import MIN_KEEP_RATE, KeepRateEstimate, next_round_prompts
+from recipe_dapo.dynamic_sampling.skipping import PromptSkipper, take_unskipped
 
 logger = logging.getLogger(__name__)
 
 METRIC_PREFIX = "dynamic_sampling/"
-STATE_VERSION = 1
+SKIP_METRIC_PREFIX = METRIC_PREFIX + "skip/"
+STATE_VERSION = 2
+READABLE_STATE_VERSIONS = (1, 2)  # version 1: before prompt skipping (no skipper state)
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -83,6 +90,12 @@ class DynamicSampler:
         config.validate()
         self.config = config
         self._ops = ops
+        self._keep_rule = config.keep_decision()
+        self.skipper = (
+            PromptSkipper(config.skip, config.skip_seed, self._keep_rule, config.same_value_tolerance)
+            if config.skip.enable
+            else None
+        )
         self._pool = GroupBuffer(ops)
         self._keep_rate = KeepRateEstimate(prior=config.keep_rate_prior)
         self._totals = _Totals()
@@ -165,6 +178,14 @@ class DynamicSampler:
         # Round sources generate what they ask for; streaming sources also count prompts still in flight.
         return max(self._tally.generated_groups, self._tally.dispatched_prompts)
 
+    def take_prompts(self, stream: Any, count: int) -> Any:
+        """The ``count`` prompts of the next round from ``stream`` (``PromptStream.take``), less those the skipper
+        leaves out, each replaced by the next prompt; without skipping, ``stream.take(count)``."""
+        self._require_open_step("take_prompts")
+        if self.skipper is None:
+            return stream.take(count)
+        return take_unskipped(stream, self.skipper, self._ops, count)
+
     # ---------------------------------------------------------------- the step
 
     def begin_step(self, step: int) -> None:
@@ -178,6 +199,8 @@ class DynamicSampler:
             raise ValueError(f"training steps must increase: got {step} after step {self._last_step}")
         self._open_step = step
         self._tally = _StepTally()
+        if self.skipper is not None:
+            self.skipper.begin_step()
         self._keep_rate.start_step(self.config.keep_rate_decay)
         dropped_ids = self._pool.drop_born_before(step - self.config.max_staleness)
         self._dropped_group_ids.append(dropped_ids)
@@ -217,8 +240,12 @@ class DynamicSampler:
             filter_enabled=self.config.enable,
             tolerance=self.config.same_value_tolerance,
             metric_name=self.config.metric,
+            keep_rule=self._keep_rule,
         )
         self._refuse_reused_group_ids(stats.group_ids)
+        if self.skipper is not None:
+            keys = _group_prompt_keys(self._ops.prompt_keys(rollouts), stats)
+            self.skipper.record(keys, right=stats.success_rate * stats.sizes, sizes=stats.sizes, qualified=stats.keep)
 
         kept_rows, kept_offsets = stats.rows_of(stats.keep)
         if kept_rows.shape[0] == num_rows and np.array_equal(kept_rows, np.arange(num_rows)):
@@ -293,6 +320,9 @@ class DynamicSampler:
         self._totals.trained_groups += int(taken.group_ids.shape[0])
 
         metrics = self._step_metrics(step, taken.born_steps, partial)
+        if self.skipper is not None:
+            skip_metrics = self.skipper.end_step(self._tally.generated_groups, self._tally.kept_groups)
+            metrics.update({SKIP_METRIC_PREFIX + key: float(value) for key, value in skip_metrics.items()})
         self._last_step, self._open_step = step, None
         return batch, metrics
 
@@ -308,13 +338,14 @@ class DynamicSampler:
             "tally": asdict(self._tally),
             "open_step": self._open_step,
             "last_step": self._last_step,
+            "skipper": self.skipper.state_dict() if self.skipper is not None else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("version") != STATE_VERSION:
+        if state.get("version") not in READABLE_STATE_VERSIONS:
             raise ValueError(
-                f"dynamic sampler state has version {state.get('version')!r}, this code reads version "
-                f"{STATE_VERSION}; resume with the recipe version that wrote the checkpoint"
+                f"dynamic sampler state has version {state.get('version')!r}, this code reads versions "
+                f"{READABLE_STATE_VERSIONS}; resume with the recipe version that wrote the checkpoint"
             )
         self._pool.load_state_dict(state["pool"])
         self._keep_rate = KeepRateEstimate.from_state_dict(state["keep_rate"])
@@ -322,6 +353,11 @@ class DynamicSampler:
         self._tally = _StepTally(**state["tally"])
         self._open_step = state["open_step"]
         self._last_step = state["last_step"]
+        skipper_state = state.get("skipper")
+        if self.skipper is not None and skipper_state is not None:
+            self.skipper.load_state_dict(skipper_state)
+        elif self.skipper is not None:
+            logger.warning("the checkpoint has no prompt-skipping history (skipping was off): skipping starts afresh")
 
     # ---------------------------------------------------------------- helpers
 
@@ -407,3 +443,20 @@ class DynamicSampler:
             metrics["solve_none_ratio"] = tally.solve_none_groups / tally.generated_groups
             metrics["score_mean_before_filter"] = tally.metric_sum / tally.trajectories
         return {METRIC_PREFIX + key: float(value) for key, value in metrics.items()}
+
+
+def _group_prompt_keys(row_keys: np.ndarray, stats: GroupStats) -> np.ndarray:
+    """The prompt key of each group of ``stats`` (its rows must share one)."""
+    row_keys = np.asarray(row_keys)
+    if row_keys.shape[0] != stats.num_trajectories:
+        raise ValueError(f"got {row_keys.shape[0]} prompt keys for {stats.num_trajectories} trajectories")
+    keys = row_keys[stats.order[stats.offsets[:-1]]]
+    mixed = np.flatnonzero(np.repeat(keys, stats.sizes) != row_keys[stats.order])
+    if mixed.size:
+        group = int(np.searchsorted(stats.offsets, mixed[0], side="right") - 1)
+        raise ValueError(
+            f"group {stats.group_ids[group:group + 1].tolist()[0]!r} holds responses of different prompts (keys "
+            f"{sorted(set(row_keys[stats.order[stats.offsets[group]:stats.offsets[group + 1]]].tolist()))[:3]}); "
+            "one uid must stand for one prompt instance"
+        )
+    return keys
