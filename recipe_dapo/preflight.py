@@ -92,7 +92,7 @@ def _paths(value) -> list[str]:
 # ----------------------------------------------------------------------------- tier 1: no verl import
 
 
-V1_TRAINER_MODES = ("sync",)
+V1_TRAINER_MODES = ("sync", "colocate_async")
 V1_SAMPLER = ("pkg://recipe_dapo.v1.replay_buffer", "DAPOReplayBuffer")
 
 
@@ -103,11 +103,17 @@ def rule_trainer(config: DictConfig, report: CheckReport) -> Iterable[str]:
     mode = _select(config, "trainer.v1.trainer_mode", "sync")
     if mode not in V1_TRAINER_MODES:
         yield (
-            f"trainer.v1.trainer_mode={mode}: the recipe's DAPO sampler runs on verl's v1 trainer in mode sync only. "
-            f"{mode} keeps prompts generating across weight updates and picks batches by verl's off-policy "
-            "threshold, while the sampler drains in-flight prompts before each update and bounds carried-over groups "
-            "by dapo.dynamic_sampling.max_staleness in whole steps. Set trainer.v1.trainer_mode=sync, or "
-            "trainer.use_v1=false (the classic trainer)"
+            f"trainer.v1.trainer_mode={mode}: the recipe's DAPO sampler runs on verl's v1 trainer in modes "
+            f"{' and '.join(V1_TRAINER_MODES)}. separate_async trains from one batch in parameter_sync_step pieces "
+            "and lends trainer GPUs to the rollout by counting sampleable groups itself, which the sampler does not "
+            "serve; set trainer.v1.trainer_mode=colocate_async (async, partial rollout) or sync"
+        )
+    if mode == "colocate_async" and _select(config, "trainer.v1.sampler.max_off_policy_strategy", "drop") != "drop":
+        yield (
+            "trainer.v1.sampler.max_off_policy_strategy="
+            f"{_select(config, 'trainer.v1.sampler.max_off_policy_strategy')}: with trainer_mode=colocate_async the "
+            "recipe's sampler drops groups submitted more than max_off_policy_threshold steps ago (drop); it does not "
+            "hold a step back for them (wait). Set it to drop, or max_off_policy_threshold=null for no limit"
         )
     sampler = (_select(config, "trainer.v1.sampler.custom_sampler.path", None),
                _select(config, "trainer.v1.sampler.custom_sampler.name", None))
@@ -141,8 +147,9 @@ def trainer_in_use(config: DictConfig) -> str:
     """One line for the start-up log: which trainer runs this configuration, and why."""
     if _select(config, "trainer.use_v1", False):
         mode = _select(config, "trainer.v1.trainer_mode", "sync")
+        name = "DAPOTrainerV1ColocateAsync" if mode == "colocate_async" else "DAPOTrainerV1"
         return (
-            f"trainer: recipe_dapo.v1.trainer.DAPOTrainerV1 on verl's v1 trainer (trainer.use_v1=true, "
+            f"trainer: recipe_dapo.v1.trainer.{name} on verl's v1 trainer (trainer.use_v1=true, "
             f"trainer_mode={mode}): TransferQueue, groups judged as they finish, refills sized to the deficit"
         )
     return (

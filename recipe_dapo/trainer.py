@@ -21,7 +21,6 @@ class's; the algorithmic decisions live in pure modules (``dynamic_sampling``, `
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from typing import Optional
 
@@ -66,11 +65,10 @@ from recipe_dapo.reward.metrics import reward_metrics
 from recipe_dapo.rollout_replicas import RolloutReplicas
 from recipe_dapo.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
+from recipe_dapo.checkpoint_state import load_recipe_state, save_recipe_state
 from recipe_dapo.tracking import open_tracking
 
 logger = logging.getLogger(__name__)
-
-SAMPLER_STATE_FILE = "dapo_state.pt"
 
 
 class RayDAPOTrainer(RayPPOTrainer):
@@ -399,35 +397,21 @@ class RayDAPOTrainer(RayPPOTrainer):
     # ------------------------------------------------------------------ checkpoint and resume
 
     def _save_checkpoint(self):
-        """verl's checkpoint plus the sampler, the prompt stream and the dataloader position.
-
-        The recipe's state is written first (to a temporary name, then renamed): verl's ``_save_checkpoint`` ends
-        by marking the step as the latest, so a run killed at any moment resumes from a complete checkpoint.
-        """
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        os.makedirs(folder, exist_ok=True)
+        """verl's checkpoint plus the sampler, the prompt stream and the dataloader position (``checkpoint_state``:
+        written first, so a run killed at any moment resumes from a complete checkpoint)."""
         state = {
             "sampler": self.sampler.state_dict(),
             "prompt_stream": self.prompt_stream.state_dict(),
             "dataloader": self.train_dataloader.state_dict(),
         }
-        path = os.path.join(folder, SAMPLER_STATE_FILE)
-        torch.save(state, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        save_recipe_state(self.config, self.global_steps, state)
         super()._save_checkpoint()
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
-        if self.global_steps == 0:
+        state = load_recipe_state(self.config, self.global_steps)
+        if state is None:
             return result
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        if self.config.trainer.resume_mode == "resume_path":
-            folder = self.config.trainer.resume_from_path
-        path = os.path.join(folder, SAMPLER_STATE_FILE)
-        if not os.path.exists(path):
-            logger.warning("no dynamic-sampling state at %s: the sampler starts empty", path)
-            return result
-        state = torch.load(path, weights_only=False)
         self.sampler.load_state_dict(state["sampler"])
         self.prompt_stream.load_state_dict(state["prompt_stream"])
         # The base skips the dataloader restore at "epoch boundaries" counted in its own batches, which do

@@ -35,8 +35,8 @@ def refusal(overrides, **kwargs) -> str:
     "override, expected",
     [
         # Mistakes the issue found accepted somewhere: each must be refused by the one rule set.
-        ("trainer.v1.trainer_mode=colocate_async", "trainer.v1.trainer_mode=colocate_async"),
-        ("trainer.v1.trainer_mode=separate_async", "runs on verl's v1 trainer in mode sync only"),
+        ("trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode=separate_async"),
+        ("trainer.v1.sampler.max_off_policy_strategy=wait", "it does not hold a step back"),
         ("trainer.v1.sampler.custom_sampler.name=ReplayBuffer", "the recipe's v1 trainer samples with"),
         ("actor_rollout_ref.actor.clip_ratio_high=0.1", "did you swap them?"),
         ("actor_rollout_ref.actor.clip_ratio_low=0", "clip_ratio_low=0 must lie in (0, 1)"),
@@ -48,16 +48,21 @@ def refusal(overrides, **kwargs) -> str:
 )
 def test_each_mistake_is_refused_with_its_key_and_fix(data, override, expected):
     v1 = ["trainer.use_v1=true"] if override.startswith("trainer.v1") else []
+    if "max_off_policy_strategy" in override:
+        v1.append("trainer.v1.trainer_mode=colocate_async")
     message = refusal(small_run(data, *v1, override))
     assert expected in message
 
 
-def test_v1_trainer_in_sync_mode_with_the_recipes_sampler_passes_and_the_log_says_which_trainer(data):
+def test_v1_trainer_in_sync_and_colocate_async_modes_passes_and_the_log_says_which_trainer(data):
     from recipe_dapo.preflight import check_config, trainer_in_use
 
     config = compose_recipe_config(small_run(data, "trainer.use_v1=true"))
     check_config(config)
     assert "DAPOTrainerV1 on verl's v1 trainer" in trainer_in_use(config)
+    async_config = compose_recipe_config(small_run(data, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async"))
+    check_config(async_config)
+    assert "DAPOTrainerV1ColocateAsync" in trainer_in_use(async_config)
     assert "RayDAPOTrainer on verl's classic RayPPOTrainer" in trainer_in_use(compose_recipe_config(small_run(data)))
     for seq_final in ("algorithm.filter_groups.metric=seq_final_reward",):
         assert "judged before the KL" in refusal(small_run(data, "trainer.use_v1=true", seq_final))
@@ -81,12 +86,12 @@ def test_every_problem_of_the_recipes_rules_is_listed_once_in_one_refusal(data):
             "data.gen_batch_size=2",
             "algorithm.filter_groups.metric=nope",
             "trainer.use_v1=true",
-            "trainer.v1.trainer_mode=colocate_async",
+            "trainer.v1.trainer_mode=separate_async",
         )
     )
     problems = [line for line in message.splitlines() if line.startswith("  - ")]
     assert len(problems) == 4 and len(set(problems)) == 4, message
-    for key in ("clip_ratio_high=0.1", "data.gen_batch_size=2", "metric='nope'", "trainer_mode=colocate_async"):
+    for key in ("clip_ratio_high=0.1", "data.gen_batch_size=2", "metric='nope'", "trainer_mode=separate_async"):
         assert key in message
 
 

@@ -46,7 +46,7 @@ from recipe_dapo.reward.metrics import reward_metrics
 logger = logging.getLogger(__name__)
 
 TRAIN = "train"
-SUPPORTED_TRAINER_MODES = ("sync",)
+SUPPORTED_TRAINER_MODES = ("sync", "colocate_async")
 
 
 def _uid_of(key: str) -> str:
@@ -63,18 +63,22 @@ class TransferQueueGroups:
     their status turns terminal.
 
     A group whose rollout failed (status ``failure``) is removed with its trajectories and counted; it is never
-    trained and never crashes the step.
+    trained and never crashes the step. With ``max_span`` (the async modes: verl's ``max_off_policy_threshold``), a
+    group submitted more than ``max_span - 1`` steps before the current ``step`` is removed and counted too.
     """
 
     def __init__(self, submit_fn: Callable[[int], Any], metric: Optional[str], poll_interval_s: float,
-                 partition_id: str = TRAIN):
+                 partition_id: str = TRAIN, max_span: Optional[int] = None):
         self._submit_fn = submit_fn
         self._metric = metric
         self._poll_interval_s = poll_interval_s
         self._partition_id = partition_id
         self._submitted = 0
         self._returned = 0
+        self.max_span = max_span
+        self.step = 0
         self.failed_groups = 0
+        self.off_policy_groups = 0
         self.tags: dict[str, dict] = {}  # trajectory key -> TransferQueue tag, for groups judged and not yet freed
         self._keys_of: dict[str, list[str]] = {}  # uid -> its trajectory keys
 
@@ -104,13 +108,18 @@ class TransferQueueGroups:
         if not terminal:
             return None
         self._returned += len(terminal)
-        failed = [uid for uid, status in terminal.items() if status == "failure" or not trajectories.get(uid)]
-        finished = [uid for uid in terminal if uid not in set(failed)]
-        stale_keys = [key for uid in failed for key in trajectories.get(uid, [])]
-        tq.kv_clear(keys=[*terminal, *stale_keys], partition_id=self._partition_id)  # prompt markers: judged now
+        failed = {uid for uid, status in terminal.items() if status == "failure" or not trajectories.get(uid)}
+        too_old = set()
+        if self.max_span is not None:
+            too_old = {uid for uid in terminal if uid not in failed
+                       and self.step - int(items[uid].get("global_steps", self.step)) + 1 > self.max_span}
+        finished = [uid for uid in terminal if uid not in failed and uid not in too_old]
+        dropped_keys = [key for uid in failed | too_old for key in trajectories.get(uid, [])]
+        tq.kv_clear(keys=[*terminal, *dropped_keys], partition_id=self._partition_id)  # prompt markers: judged now
+        self.off_policy_groups += len(too_old)
         if failed:
             self.failed_groups += len(failed)
-            logger.warning("%d prompt group(s) failed in rollout; dropped and counted (dapo_v1/failed_groups)",
+            logger.warning("%d prompt group(s) failed in rollout; dropped and counted (dynamic_sampling/failed_groups)",
                            len(failed))
         if not finished:
             return None
@@ -156,6 +165,10 @@ class TransferQueueGroups:
     def keys_of(self, uids) -> list[str]:
         return [key for uid in uids for key in self._keys_of.get(str(uid), [])]
 
+    def resume_in_flight(self, prompts: int) -> None:
+        """After a resume in an async mode: verl restored (and re-issues) this many prompt groups still generating."""
+        self._submitted, self._returned = int(prompts), 0
+
     def restore(self, tags: dict[str, dict]) -> None:
         """After a resume: the tags of the pooled groups put back into TransferQueue."""
         for key, tag in tags.items():
@@ -198,6 +211,9 @@ class DAPOReplayBuffer(ReplayBuffer):
             )
         if refill_fn is None:
             raise ValueError("DAPOReplayBuffer needs verl's refill_fn to submit prompts")
+        # sync: the weights change after every step, so a step waits for the prompts still generating (their groups
+        # are pooled); colocate_async: they pause with the replicas and resume after the update (partial rollout).
+        self.drain = trainer_mode == "sync"
         kwargs = dict(sampler_kwargs or {})
         train_batch_size = int(kwargs["train_batch_size"])
         self.config = DynamicSamplingConfig.from_config(
@@ -211,6 +227,7 @@ class DAPOReplayBuffer(ReplayBuffer):
             refill_fn,
             metric=self.config.metric if self.config.enable else None,
             poll_interval_s=float(self.config.poll_interval_s),
+            max_span=None if self.drain else max_off_policy_threshold,
         )
         self.groups_multiple_of = int(kwargs.get("ppo_mini_batch_size") or 1)
 
@@ -221,12 +238,16 @@ class DAPOReplayBuffer(ReplayBuffer):
             raise ValueError(
                 f"verl asked for {batch_size} groups but data.train_batch_size is {self.config.train_batch_size}"
             )
+        self.groups.step = global_steps
         collected = collect_streaming_step(
-            self.sampler, self.groups, global_steps, groups_multiple_of=self.groups_multiple_of, drain=True
+            self.sampler, self.groups, global_steps, groups_multiple_of=self.groups_multiple_of, drain=self.drain
         )
         self.groups.free_groups(self.sampler.take_dropped_group_ids())
         metrics = dict(collected.metrics)
         metrics["dynamic_sampling/failed_groups"] = float(self.groups.failed_groups)
+        metrics["dynamic_sampling/in_flight_prompts"] = float(self.groups.in_flight())
+        if not self.drain:
+            metrics["dynamic_sampling/off_policy_dropped_groups"] = float(self.groups.off_policy_groups)
         if collected.scored_columns:
             metrics.update(reward_metrics(collected.scored_columns))
             metrics.update(overlong_metrics(collected.scored_columns))
@@ -242,19 +263,29 @@ class DAPOReplayBuffer(ReplayBuffer):
     # ---------------------------------------------------------------- checkpoints
 
     def state_dict(self) -> dict:
-        """The sampler, plus the pooled groups' trajectories and tags (verl saves no TransferQueue in sync mode)."""
+        """The sampler, the pooled groups' tags and, in sync mode (where verl saves no TransferQueue), their
+        trajectories."""
         state = self.sampler.state_dict()
         keys = [str(key) for segment in state["pool"] for key in segment["payload"]]
         return {
             "sampler": state,
             "tags": {key: self.groups.tags[key] for key in keys},
-            "trajectories": tq.kv_batch_get(keys=keys, partition_id=TRAIN) if keys else None,
+            "trajectories": tq.kv_batch_get(keys=keys, partition_id=TRAIN) if keys and self.drain else None,
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, restored_in_flight: int = 0) -> None:
+        """Restore the sampler; in sync mode put the pooled trajectories back, in the async modes (verl restored
+        TransferQueue) count the restored prompts as in flight and free what no pooled or generating group owns."""
         self.sampler.load_state_dict(state["sampler"])
         tags = state["tags"]
-        if tags:
+        if tags and state.get("trajectories") is not None:
             keys = list(tags)
             tq.kv_batch_put(keys=keys, partition_id=TRAIN, fields=state["trajectories"], tags=[tags[k] for k in keys])
         self.groups.restore(tags)
+        if not self.drain:
+            self.groups.resume_in_flight(restored_in_flight)
+            items = (tq.kv_list(TRAIN) or {}).get(TRAIN, {})
+            owners = {_uid_of(key) for key in tags} | {key for key, tag in items.items() if tag.get("is_prompt")}
+            orphans = [key for key, tag in items.items() if not tag.get("is_prompt") and _uid_of(key) not in owners]
+            if orphans:  # the trajectories of the batch trained at the checkpoint's step
+                tq.kv_clear(keys=orphans, partition_id=TRAIN)

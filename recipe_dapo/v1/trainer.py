@@ -1,5 +1,6 @@
-"""``DAPOTrainerV1``: DAPO on verl 0.9.1's v1 trainer (``trainer.use_v1=true``), registered with verl's
-``register_trainer`` as ``recipe_dapo.sync``.
+"""DAPO on verl 0.9.1's v1 trainer (``trainer.use_v1=true``): ``DAPOTrainerV1`` (``trainer.v1.trainer_mode=sync``) and
+``DAPOTrainerV1ColocateAsync`` (``colocate_async``), registered with verl's ``register_trainer`` as
+``recipe_dapo.sync`` and ``recipe_dapo.colocate_async``.
 
 verl v1's step is already the paper's algorithm once its replay buffer is DAPO's sampler::
 
@@ -10,7 +11,7 @@ verl v1's step is already the paper's algorithm once its replay buffer is DAPO's
     update_actor    with overlong filtering: truncated responses contribute no loss
     update weights, save, validate, log verl (the recipe's state goes into the checkpoint, its metrics to the log)
 
-This class adds only what differs from verl's sync trainer: no fixed-size first batch (the sampler submits its
+These classes add only what differs from verl's trainers: no fixed-size first batch (the sampler submits its
 own), the overlong filter around the actor update, the sampler's state in checkpoints, the recipe's validation
 metrics (mean@k, pass@k, maj@k) and the recipe's tracker (console lines, the appending metrics file).
 """
@@ -18,7 +19,7 @@ metrics (mean@k, pass@k, maj@k) and the recipe's tracker (console lines, the app
 from __future__ import annotations
 
 import logging
-import os
+import math
 from typing import Optional
 
 import numpy as np
@@ -28,25 +29,23 @@ from tensordict import TensorDict
 
 import verl.trainer.ppo.v1.trainer_base as verl_trainer_base
 from verl import DataProto
-from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
 
 from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
+from recipe_dapo.checkpoint_state import load_recipe_state, save_recipe_state
 from recipe_dapo.tracking import open_tracking
 from recipe_dapo.v1.replay_buffer import DAPOReplayBuffer
 from recipe_dapo.validation_metrics import headline_metrics, validation_problem_metrics
 
 logger = logging.getLogger(__name__)
 
-TRAINER_NAMES = {"sync": "recipe_dapo.sync"}
+TRAINER_NAMES = {"sync": "recipe_dapo.sync", "colocate_async": "recipe_dapo.colocate_async"}
 """``trainer.v1.trainer_mode`` -> the name the recipe's trainer is registered under with verl."""
 
-SAMPLER_STATE_FILE = "dapo_state.pt"
 
-
-@register_trainer(TRAINER_NAMES["sync"])
-class DAPOTrainerV1(PPOTrainerSync):
-    """verl's synchronous v1 trainer with DAPO's sampler (see the module docstring)."""
+class _DAPOOnV1:
+    """What DAPO changes in a verl v1 trainer, whatever its mode (mixed in before verl's trainer class)."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -148,26 +147,40 @@ class DAPOTrainerV1(PPOTrainerSync):
     # ---------------------------------------------------------------- checkpoints
 
     def _save_checkpoint(self):
-        """The sampler (with its pooled groups' trajectories) first, then verl's checkpoint, which marks the step
-        as the latest last: a run killed at any moment resumes from a complete checkpoint."""
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, SAMPLER_STATE_FILE)
-        torch.save({"replay_buffer": self.replay_buffer.state_dict()}, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        """The sampler (with its pooled groups' trajectories) first, then verl's checkpoint (``checkpoint_state``)."""
+        save_recipe_state(self.config, self.global_steps, {"replay_buffer": self.replay_buffer.state_dict()})
         super()._save_checkpoint()
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
-        if self.global_steps == 0:
+        state = load_recipe_state(self.config, self.global_steps)
+        if state is None:
             return
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        if self.config.trainer.resume_mode == "resume_path":
-            folder = self.config.trainer.resume_from_path
-        path = os.path.join(folder, SAMPLER_STATE_FILE)
-        if not os.path.exists(path):
-            logger.warning("no dynamic-sampling state at %s: the sampler starts empty", path)
-            return
-        self.replay_buffer.load_state_dict(torch.load(path, weights_only=False)["replay_buffer"])
+        # In the async modes verl restored TransferQueue itself, with the prompts that were still generating.
+        self.replay_buffer.load_state_dict(state["replay_buffer"], restored_in_flight=self._restored_tq_prompt_count)
         logger.info("resumed dynamic sampling at step %d (%d groups pooled)", self.global_steps,
                     self.replay_buffer.sampler.pooled_groups)
+
+
+@register_trainer(TRAINER_NAMES["sync"])
+class DAPOTrainerV1(_DAPOOnV1, PPOTrainerSync):
+    """verl's synchronous v1 trainer with DAPO's sampler: a step drains the prompts still generating when its batch
+    is full (their qualifying groups are pooled for the next step), then the replicas sleep for the update."""
+
+
+@register_trainer(TRAINER_NAMES["colocate_async"])
+class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
+    """verl's colocated async v1 trainer with DAPO's sampler: a step takes its batch as soon as it is full; prompts
+    still generating are paused with the replicas and resume, with partial rollout, after the weight update, so their
+    groups count toward the next steps (``DAPOReplayBuffer`` drops those older than verl's
+    ``trainer.v1.sampler.max_off_policy_threshold``)."""
+
+    def on_train_begin(self):
+        """verl's prefetch window (``colocate_async.num_warmup_batches``), submitted through the sampler's stream so
+        that its prompts count as in flight."""
+        window = math.floor(
+            float(self.config.trainer.v1.colocate_async.num_warmup_batches) * int(self.config.data.train_batch_size)
+        )
+        missing = max(0, window - self._restored_tq_prompt_count)
+        if missing:
+            self.replay_buffer.groups.submit(missing)
