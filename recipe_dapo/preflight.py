@@ -93,6 +93,7 @@ def _paths(value) -> list[str]:
 
 
 V1_TRAINER_MODES = ("sync", "colocate_async")
+"""verl v1 modes the recipe's trainers and sampler support (recipe_dapo.v1 registers one trainer per mode)."""
 V1_SAMPLER = ("pkg://recipe_dapo.v1.replay_buffer", "DAPOReplayBuffer")
 
 

@@ -93,13 +93,7 @@ def collect_step(
     rounds = 0
     while sampler.needs_more_rounds():
         scored = generate_round(sampler.take_prompts(prompts, sampler.prompts_for_next_round()))
-        sampler.add_round(
-            scored.rollouts,
-            group_ids=scored.group_ids,
-            metric_values=scored.metric_values,
-            generated_tokens=scored.generated_tokens,
-        )
-        columns.append(scored.columns)
+        _pool_scored(sampler, scored, columns, counts_as_round=True)
         rounds += 1
     batch, metrics = sampler.take_training_batch(groups_multiple_of=groups_multiple_of)
     return CollectedStep(batch=batch, metrics=metrics, rounds=rounds, scored_columns=_concat_columns(columns))
@@ -143,15 +137,8 @@ def collect_streaming_step(
     while True:
         scored = stream.poll()
         if scored is not None and len(scored.group_ids):
-            stats = sampler.add_round(
-                scored.rollouts,
-                group_ids=scored.group_ids,
-                metric_values=scored.metric_values,
-                generated_tokens=scored.generated_tokens,
-                counts_as_round=False,
-            )
+            stats = _pool_scored(sampler, scored, columns, counts_as_round=False)
             stream.release(stats.group_ids[~stats.keep])
-            columns.append(scored.columns)
         in_flight = stream.in_flight()
         if sampler.is_full():
             filled = filled if filled is not None else time.monotonic()
@@ -174,6 +161,20 @@ def collect_streaming_step(
     metrics[METRIC_PREFIX + "fill_s"] = (filled if filled is not None else ended) - started
     metrics[METRIC_PREFIX + "drain_s"] = ended - filled if filled is not None else 0.0
     return CollectedStep(batch=batch, metrics=metrics, rounds=rounds, scored_columns=_concat_columns(columns))
+
+
+def _pool_scored(sampler: DynamicSampler, scored: ScoredRound, columns: list[dict], counts_as_round: bool):
+    """Hand what a source scored to the sampler (which pools the qualifying groups); keep its columns for the step's
+    reward metrics. Returns the groups' statistics."""
+    stats = sampler.add_round(
+        scored.rollouts,
+        group_ids=scored.group_ids,
+        metric_values=scored.metric_values,
+        generated_tokens=scored.generated_tokens,
+        counts_as_round=counts_as_round,
+    )
+    columns.append(scored.columns)
+    return stats
 
 
 def _concat_columns(columns: list[dict]) -> dict:

@@ -32,6 +32,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
 from recipe_dapo.dynamic_sampling import (
+    METRIC_PREFIX,
     DynamicSampler,
     DynamicSamplingConfig,
     DynamicSamplingExhausted,
@@ -41,12 +42,12 @@ from recipe_dapo.dynamic_sampling import (
 )
 from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
 from recipe_dapo.overlong import overlong_metrics
+from recipe_dapo.preflight import V1_TRAINER_MODES
 from recipe_dapo.reward.metrics import reward_metrics
 
 logger = logging.getLogger(__name__)
 
 TRAIN = "train"
-SUPPORTED_TRAINER_MODES = ("sync", "colocate_async")
 
 
 def _uid_of(key: str) -> str:
@@ -150,12 +151,9 @@ class TransferQueueGroups:
             self._keys_of.pop(uid, None)
         return KVBatchMeta(partition_id=self._partition_id, keys=keys, tags=tags)
 
-    def release(self, group_ids) -> None:
-        """Groups the sampler did not keep (no spread): their trajectories leave TransferQueue at once."""
-        self.free_groups(group_ids)
-
-    def free_groups(self, uids: np.ndarray) -> None:
-        """Remove groups from TransferQueue (the sampler dropped them, e.g. older than ``max_staleness``)."""
+    def release(self, uids) -> None:
+        """Remove groups from TransferQueue: those the filter did not keep, and pooled ones the sampler dropped
+        (older than ``max_staleness``)."""
         keys = [key for uid in uids for key in self._keys_of.pop(str(uid), [])]
         for key in keys:
             self.tags.pop(key, None)
@@ -204,10 +202,10 @@ class DAPOReplayBuffer(ReplayBuffer):
                  sampler_kwargs, poll_interval: float = 2.0, refill_fn=None, **verl_kwargs):
         super().__init__(trainer_mode, trainer_config, max_off_policy_threshold, max_off_policy_strategy,
                          sampler_kwargs, poll_interval=poll_interval, refill_fn=refill_fn)
-        if trainer_mode not in SUPPORTED_TRAINER_MODES:
+        if trainer_mode not in V1_TRAINER_MODES:
             raise ValueError(
                 f"trainer.v1.trainer_mode={trainer_mode!r}: the recipe's DAPO sampler runs on verl v1 in "
-                f"{SUPPORTED_TRAINER_MODES} (see recipe_dapo.preflight, which refuses this at start-up)"
+                f"{V1_TRAINER_MODES} (see recipe_dapo.preflight, which refuses this at start-up)"
             )
         if refill_fn is None:
             raise ValueError("DAPOReplayBuffer needs verl's refill_fn to submit prompts")
@@ -242,12 +240,12 @@ class DAPOReplayBuffer(ReplayBuffer):
         collected = collect_streaming_step(
             self.sampler, self.groups, global_steps, groups_multiple_of=self.groups_multiple_of, drain=self.drain
         )
-        self.groups.free_groups(self.sampler.take_dropped_group_ids())
+        self.groups.release(self.sampler.take_dropped_group_ids())
         metrics = dict(collected.metrics)
-        metrics["dynamic_sampling/failed_groups"] = float(self.groups.failed_groups)
-        metrics["dynamic_sampling/in_flight_prompts"] = float(self.groups.in_flight())
+        metrics[METRIC_PREFIX + "failed_groups"] = float(self.groups.failed_groups)
+        metrics[METRIC_PREFIX + "in_flight_prompts"] = float(self.groups.in_flight())
         if not self.drain:
-            metrics["dynamic_sampling/off_policy_dropped_groups"] = float(self.groups.off_policy_groups)
+            metrics[METRIC_PREFIX + "off_policy_dropped_groups"] = float(self.groups.off_policy_groups)
         if collected.scored_columns:
             metrics.update(reward_metrics(collected.scored_columns))
             metrics.update(overlong_metrics(collected.scored_columns))

@@ -32,6 +32,7 @@ from verl import DataProto
 from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
 
 from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
+from recipe_dapo.preflight import V1_TRAINER_MODES
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.checkpoint_state import load_recipe_state, save_recipe_state
 from recipe_dapo.tracking import open_tracking
@@ -40,7 +41,7 @@ from recipe_dapo.validation_metrics import headline_metrics, validation_problem_
 
 logger = logging.getLogger(__name__)
 
-TRAINER_NAMES = {"sync": "recipe_dapo.sync", "colocate_async": "recipe_dapo.colocate_async"}
+TRAINER_NAMES = {mode: f"recipe_dapo.{mode}" for mode in V1_TRAINER_MODES}
 """``trainer.v1.trainer_mode`` -> the name the recipe's trainer is registered under with verl."""
 
 
