@@ -5,8 +5,8 @@ Hydra composes ``config/dapo_trainer.yaml`` (verl's ``ppo_trainer`` + DAPO defau
 ``DRY_RUN=1``) before Ray, vLLM or a worker starts, and refuses a bad one with every problem listed and exit
 status 1; then verl's ``run_ppo`` starts Ray and runs
 :class:`recipe_dapo.task_runner.DAPOTaskRunner`, which trains with :class:`recipe_dapo.trainer.RayDAPOTrainer`, or with
-``trainer.use_v1=true`` :class:`recipe_dapo.v1.task_runner.DAPOTaskRunnerV1` and :class:`recipe_dapo.v1.trainer.DAPOTrainerV1`
-on verl's v1 trainer. The start-up log says which, and why.
+``trainer.use_v1=true`` :class:`recipe_dapo.v1.task_runner.DAPOTaskRunnerV1` and the trainer ``recipe_dapo.v1.trainer``
+registers for ``trainer.v1.trainer_mode`` (sync or colocate_async) on verl's v1 trainer. The start-up log says which, and why.
 """
 
 from __future__ import annotations

@@ -54,9 +54,8 @@ from recipe_dapo.dynamic_sampling import (
     trajectory_metric,
 )
 from recipe_dapo.validation_metrics import (
+    add_problem_metrics,
     equal_samples_per_problem,
-    headline_metrics,
-    validation_problem_metrics,
     with_problem_uids,
 )
 from recipe_dapo.overlong import apply_overlong_filter, overlong_metrics
@@ -374,10 +373,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         """
         equal = equal_samples_per_problem(data_sources, sample_uids, reward_extra_infos_dict)
         metric_dict = super()._val_metrics_update(*equal, sample_turns)
-        problem_metrics = validation_problem_metrics(data_sources, sample_uids, reward_extra_infos_dict)
-        metric_dict.update(problem_metrics)
-        metric_dict.update(headline_metrics(problem_metrics))
-        return metric_dict
+        return add_problem_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
 
     def log_step(self, batch: Optional[DataProto], metrics: dict, timing: dict) -> None:
         self.max_steps_duration = max(self.max_steps_duration, timing.get("step", 0.0))

@@ -94,3 +94,14 @@ def headline_metrics(problem_metrics: Mapping[str, float], core_var: str = "acc"
         if prefix == VAL_PREFIX and source and name.startswith("mean@"):
             headline[f"val-core/{source}/{core_var}/{name}"] = value
     return headline
+
+
+def add_problem_metrics(
+    metric_dict: dict, data_sources: Sequence[str], sample_uids: Sequence[Any], reward_extra_infos: Mapping[str, Sequence[Any]]
+) -> dict:
+    """verl's validation ``metric_dict`` plus the recipe's per-problem metrics, with the ``val-core`` headline set from
+    them (both trainers, classic and v1, report validation through this)."""
+    problem_metrics = validation_problem_metrics(data_sources, sample_uids, reward_extra_infos)
+    metric_dict.update(problem_metrics)
+    metric_dict.update(headline_metrics(problem_metrics))
+    return metric_dict

@@ -37,7 +37,7 @@ from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.checkpoint_state import load_recipe_state, save_recipe_state
 from recipe_dapo.tracking import open_tracking
 from recipe_dapo.v1.replay_buffer import DAPOReplayBuffer
-from recipe_dapo.validation_metrics import headline_metrics, validation_problem_metrics
+from recipe_dapo.validation_metrics import add_problem_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -140,10 +140,7 @@ class _DAPOOnV1:
         metric_dict = super()._val_metrics_update(
             data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=expected_acc_counts
         )
-        problem_metrics = validation_problem_metrics(data_sources, sample_uids, reward_extra_infos_dict)
-        metric_dict.update(problem_metrics)
-        metric_dict.update(headline_metrics(problem_metrics))
-        return metric_dict
+        return add_problem_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
 
     # ---------------------------------------------------------------- checkpoints
 
