@@ -6,7 +6,7 @@ What it does, in one run:
 
 1. builds a small Qwen2 on the Qwen2.5 vocabulary (``--tokenizer``, e.g. ../shared/data/qwen2.5-tokenizer),
    warmed up on the default run's synthetic arithmetic in the DAPO answer format, so that accuracy is mixed
-   and dynamic sampling has groups to keep and to drop (``recipe_dapo.default_assets``);
+   and dynamic sampling has groups to keep and to drop (``recipe_dapo.cpu.assets``);
 2. ``recipe``: ``scripts/dapo_small_one_gpu.sh`` (the recipe's trainer, vLLM rollouts, dynamic sampling, the
    ``dapo`` loss, the ``recipe_dapo`` reward manager) for ``--steps`` training steps;
 3. ``verl``: the same configuration on verl's own classic path: the recipe's composed config (``size=small_one_gpu``
@@ -29,7 +29,7 @@ other arm anyway, prints the table of the arms that finished and exits non-zero.
 
 Status: on one H100 (vLLM 0.24.0, torch 2.11, no flash-attn package) the model build, Ray, the FSDP actor
 and the vLLM server started, and the first rollout round of the recipe arm did not complete within three
-minutes in two attempts. Since then the trainer's replica handling was rebuilt (``recipe_dapo/rollout_replicas.py``):
+minutes in two attempts. Since then the trainer's replica handling was rebuilt (``recipe_dapo/trainers/classic/rollout_replicas.py``):
 it used to put the replicas to sleep after every round, so a second round in a step generated on sleeping replicas,
 and a step that skipped its update left them asleep for the next; ``tests/test_trainer_on_cpu.py``
 shows both on the old code. That bug strikes at the second round, not the first, so the first-round stall may have
@@ -85,7 +85,7 @@ COMMON_OVERRIDES = [
 
 
 def build_model(work_dir: Path, tokenizer: str) -> dict[str, str]:
-    from recipe_dapo import default_assets as da
+    from recipe_dapo.cpu import assets as da
 
     spec = replace(da.TinyModelSpec(), **MODEL)
     return da.build_default_assets(work_dir / "assets", tokenizer, num_train=2048, num_val=64, spec=spec)

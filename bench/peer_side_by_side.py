@@ -47,7 +47,7 @@ VERL_V1 = [
 
 def run_verl_v1(overrides: list[str]) -> None:
     """The ``verl_v1`` arm's process: the same composed config, trained by verl's TaskRunnerV1."""
-    from recipe_dapo.console_noise import install_console_filter
+    from recipe_dapo.tracking.noise import install_console_filter
 
     install_console_filter()
     from hydra import compose, initialize_config_module
@@ -184,7 +184,7 @@ def main(argv=None) -> None:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
     args.overrides = [*args.overrides, f"data.train_batch_size={args.train_batch_size}"]
 
-    build = subprocess.run([sys.executable, "-m", "recipe_dapo.default_assets", "--out", str(args.work_dir / "assets")],
+    build = subprocess.run([sys.executable, "-m", "recipe_dapo.cpu.assets", "--out", str(args.work_dir / "assets")],
                            capture_output=True, text=True, check=True)
     assets = dict(line.split("=", 1) for line in build.stdout.splitlines() if line.split("=", 1)[0] in
                   ("MODEL_PATH", "TRAIN_FILE", "VAL_FILE"))

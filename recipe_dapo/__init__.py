@@ -28,4 +28,4 @@ __version__ = "0.1.0"
 # Every process that imports the recipe can resolve its config (the driver, the dry run, the Ray worker that runs
 # the task runner, verl's own processes through the plugin), as soon as it imports omegaconf and not before: the
 # vLLM plugin imports this package in processes that never load omegaconf.
-when_imported("omegaconf", lambda: importlib.import_module("recipe_dapo.config_resolvers"))
+when_imported("omegaconf", lambda: importlib.import_module("recipe_dapo.config.resolvers"))

@@ -4,8 +4,8 @@ Hydra composes ``config/dapo_trainer.yaml`` (verl's ``ppo_trainer`` + DAPO defau
 ``sampling=`` and ``platform=`` groups); the recipe checks the configuration (``preflight``: the same rules as
 ``DRY_RUN=1``) before Ray, vLLM or a worker starts, and refuses a bad one with every problem listed and exit
 status 1; then verl's ``run_ppo`` starts Ray and runs
-:class:`recipe_dapo.task_runner.DAPOTaskRunner`, which trains with :class:`recipe_dapo.trainer.RayDAPOTrainer`, or with
-``trainer.use_v1=true`` :class:`recipe_dapo.v1.task_runner.DAPOTaskRunnerV1` and the trainer ``recipe_dapo.v1.trainer``
+:class:`recipe_dapo.trainers.classic.task_runner.DAPOTaskRunner`, which trains with :class:`recipe_dapo.trainers.classic.trainer.RayDAPOTrainer`, or with
+``trainer.use_v1=true`` :class:`recipe_dapo.trainers.v1.task_runner.DAPOTaskRunnerV1` and the trainer ``recipe_dapo.trainers.v1.trainer``
 registers for ``trainer.v1.trainer_mode`` (sync or colocate_async) on verl's v1 trainer. The start-up log says which, and why.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":
     # First, before verl is imported: importing it already prints known noise (console_noise lists it).
-    from recipe_dapo.console_noise import install_console_filter
+    from recipe_dapo.tracking.noise import install_console_filter
 
     install_console_filter()
 
@@ -38,9 +38,9 @@ def run(config: DictConfig) -> None:
     from verl.trainer.main_ppo import run_ppo
 
     if config.trainer.use_v1:
-        from recipe_dapo.v1.task_runner import DAPOTaskRunnerV1 as runner
+        from recipe_dapo.trainers.v1.task_runner import DAPOTaskRunnerV1 as runner
     else:
-        from recipe_dapo.task_runner import DAPOTaskRunner as runner
+        from recipe_dapo.trainers.classic.task_runner import DAPOTaskRunner as runner
     run_ppo(config, task_runner_class=runner)
 
 

@@ -26,9 +26,9 @@ AGENT_LOOP_REGISTRY_MODULE = "verl.experimental.agent_loop"
 
 # module that registers a component -> the verl module it registers into
 COMPONENT_MODULES = {
-    "recipe_dapo.loss": POLICY_LOSS_REGISTRY_MODULE,
+    "recipe_dapo.loss.dapo": POLICY_LOSS_REGISTRY_MODULE,
     "recipe_dapo.reward.manager": REWARD_MANAGER_REGISTRY_MODULE,
-    "recipe_dapo.seeded_agent_loop": AGENT_LOOP_REGISTRY_MODULE,
+    "recipe_dapo.trainers.classic.seeded_agent_loop": AGENT_LOOP_REGISTRY_MODULE,
 }
 
 if cpu_platform_wanted():
@@ -44,7 +44,7 @@ def registered_components() -> dict[str, bool]:
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-    from recipe_dapo.rollout_seeds import AGENT_NAME
+    from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME
 
     return {
         "policy_loss:dapo": "dapo" in POLICY_LOSS_REGISTRY,

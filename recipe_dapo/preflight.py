@@ -93,8 +93,8 @@ def _paths(value) -> list[str]:
 
 
 V1_TRAINER_MODES = ("sync", "colocate_async")
-"""verl v1 modes the recipe's trainers and sampler support (recipe_dapo.v1 registers one trainer per mode)."""
-V1_SAMPLER = ("pkg://recipe_dapo.v1.replay_buffer", "DAPOReplayBuffer")
+"""verl v1 modes the recipe's trainers and sampler support (recipe_dapo.trainers.v1 registers one trainer per mode)."""
+V1_SAMPLER = ("pkg://recipe_dapo.trainers.v1.replay_buffer", "DAPOReplayBuffer")
 
 
 def rule_trainer(config: DictConfig, report: CheckReport) -> Iterable[str]:
@@ -150,11 +150,11 @@ def trainer_in_use(config: DictConfig) -> str:
         mode = _select(config, "trainer.v1.trainer_mode", "sync")
         name = "DAPOTrainerV1ColocateAsync" if mode == "colocate_async" else "DAPOTrainerV1"
         return (
-            f"trainer: recipe_dapo.v1.trainer.{name} on verl's v1 trainer (trainer.use_v1=true, "
+            f"trainer: recipe_dapo.trainers.v1.trainer.{name} on verl's v1 trainer (trainer.use_v1=true, "
             f"trainer_mode={mode}): TransferQueue, groups judged as they finish, refills sized to the deficit"
         )
     return (
-        "trainer: recipe_dapo.trainer.RayDAPOTrainer on verl's classic RayPPOTrainer (trainer.use_v1=false, the "
+        "trainer: recipe_dapo.trainers.classic.trainer.RayDAPOTrainer on verl's classic RayPPOTrainer (trainer.use_v1=false, the "
         "recipe's default: faster per step on bench/peer_side_by_side.py); trainer.use_v1=true runs verl's v1 trainer"
     )
 
@@ -190,7 +190,7 @@ def rule_batch_sizes(config: DictConfig, report: CheckReport) -> Iterable[str]:
 
 
 def rule_clip(config: DictConfig, report: CheckReport) -> Iterable[str]:
-    from recipe_dapo.clip import clip_problems
+    from recipe_dapo.loss.clip import clip_problems
 
     yield from clip_problems(_select(config, "actor_rollout_ref.actor"))
 

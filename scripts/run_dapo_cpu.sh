@@ -29,7 +29,7 @@ if [[ "${DRY_RUN:-0}" == 1 ]]; then
 else
   if [[ -z "${MODEL_PATH:-}" || -z "${TRAIN_FILE:-}" || -z "${VAL_FILE:-}" ]]; then
     # Prints MODEL_PATH=..., TRAIN_FILE=..., VAL_FILE=... for the built (or reused) default inputs.
-    eval "$("$PYTHON" -m recipe_dapo.default_assets --out "$WORK_DIR/assets" ${TOKENIZER_PATH:+--tokenizer "$TOKENIZER_PATH"} | grep -E '^(MODEL_PATH|TRAIN_FILE|VAL_FILE)=')"
+    eval "$("$PYTHON" -m recipe_dapo.cpu.assets --out "$WORK_DIR/assets" ${TOKENIZER_PATH:+--tokenizer "$TOKENIZER_PATH"} | grep -E '^(MODEL_PATH|TRAIN_FILE|VAL_FILE)=')"
   fi
   mkdir -p "$WORK_DIR" && cd "$WORK_DIR"
   ENTRY=recipe_dapo.main_dapo

@@ -66,6 +66,6 @@ def ray_runtime_env_as_verl_builds_it(config) -> dict:
 @pytest.fixture(scope="session")
 def default_assets(tmp_path_factory):
     """The default run's inputs (synthetic data, BPE tokenizer, warmed-up tiny Qwen2), built once per session."""
-    from recipe_dapo.default_assets import build_default_assets
+    from recipe_dapo.cpu.assets import build_default_assets
 
     return build_default_assets(tmp_path_factory.mktemp("assets"))

@@ -115,7 +115,7 @@ def test_every_problem_is_reported_at_once(data_files):
 def test_bad_data_row_is_refused_with_file_row_and_field(tmp_path, data_files):
     import pandas as pd
 
-    from recipe_dapo.default_assets import synthetic_rows
+    from recipe_dapo.cpu.assets import synthetic_rows
 
     rows = synthetic_rows(3, "train", seed=0)
     rows[1]["reward_model"] = {"ground_truth": "", "style": "rule"}
@@ -129,7 +129,7 @@ def test_bad_data_row_is_refused_with_file_row_and_field(tmp_path, data_files):
 
 
 def test_the_dapo_section_is_typed_so_a_mistyped_key_or_a_wrong_type_fails_at_composition():
-    """dapo: is built from recipe_dapo.settings: Hydra refuses unknown keys and values of the wrong type."""
+    """dapo: is built from recipe_dapo.config.settings: Hydra refuses unknown keys and values of the wrong type."""
     from hydra.errors import ConfigCompositionException
 
     for override, named in (
@@ -146,7 +146,7 @@ def test_the_dapo_sections_defaults_are_the_dataclass_defaults_and_nowhere_else(
 
     from omegaconf import OmegaConf
 
-    from recipe_dapo.settings import DapoSettings
+    from recipe_dapo.config.settings import DapoSettings
 
     composed, defaults = OmegaConf.to_container(compose_recipe_config([]).dapo), asdict(DapoSettings())
     for section in ("seeded_rollouts", "overlong_filter", "dynamic_sampling", "preflight", "paths"):
@@ -193,7 +193,7 @@ def group_data_dir(tmp_path_factory):
     """Every file a size names, as small valid verl RL parquets (the start-up check reads them row by row)."""
     import pandas as pd
 
-    from recipe_dapo.default_assets import synthetic_rows
+    from recipe_dapo.cpu.assets import synthetic_rows
 
     out = tmp_path_factory.mktemp("group_data")
     for name in DATA_FILES:

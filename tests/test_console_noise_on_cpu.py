@@ -12,7 +12,7 @@ import sys
 
 from ray._private.worker import print_worker_logs
 
-from recipe_dapo.console_noise import NOISE, FilteredStream, NoiseFilter
+from recipe_dapo.tracking.noise import NOISE, FilteredStream, NoiseFilter
 from conftest import REPO_ROOT
 
 
@@ -28,7 +28,7 @@ def through_ray(lines: list[str], pid: int = 4242) -> str:
 
 def test_importing_verl_prints_no_engine_warnings_through_the_filter():
     code = (
-        "from recipe_dapo.console_noise import install_console_filter\n"
+        "from recipe_dapo.tracking.noise import install_console_filter\n"
         "install_console_filter()\n"
         "import verl.workers.engine\n"
         "import warnings; warnings.warn('a warning of the run itself')\n"

@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from recipe_dapo.console import format_step_line, format_validation, validation_headlines
-from recipe_dapo.tracking import DAPOTracking
+from recipe_dapo.tracking.console import format_step_line, format_validation, validation_headlines
+from recipe_dapo.tracking.tracker import DAPOTracking
 
 
 def step_metrics(step: int) -> dict:

@@ -19,7 +19,7 @@ from verl.utils.metric import AggregationType, Metric, reduce_metrics
 from verl.workers.config import ActorConfig, PolicyLossConfig
 from verl.workers.utils.losses import ppo_loss
 
-from recipe_dapo.loss import DAPO_METRIC_NAMES, clip_bounds, compute_policy_loss_dapo
+from recipe_dapo.loss.dapo import DAPO_METRIC_NAMES, clip_bounds, compute_policy_loss_dapo
 
 ALL_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum", "seq-mean-token-sum")
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 def test_synthetic_rows_are_valid_verl_rl_rows_whose_worked_solution_scores_correct(default_assets):
     from recipe_dapo.data.validation import validate_rl_parquet
-    from recipe_dapo.default_assets import arithmetic_problem_from_row, worked_solution
+    from recipe_dapo.cpu.assets import arithmetic_problem_from_row, worked_solution
     from recipe_dapo.reward import compute_score
 
     assert validate_rl_parquet(default_assets["train_file"]) == 512
@@ -36,7 +36,7 @@ def test_tokenizer_has_chat_template_and_eos_the_model_stops_on(default_assets):
 
 
 def test_existing_assets_are_reused_not_rebuilt(default_assets):
-    from recipe_dapo.default_assets import build_default_assets
+    from recipe_dapo.cpu.assets import build_default_assets
 
     out = Path(default_assets["model_path"]).parent
     weights = out / "model" / "model.safetensors"
@@ -75,7 +75,7 @@ def test_warm_up_tokenizes_exactly_as_the_tokenizer_verl_loads_from_the_model_fo
     # token. The warm-up must see the ids training will see.
     from transformers import AutoTokenizer
 
-    from recipe_dapo.default_assets import bpe_training_texts, tokenizer_as_verl_loads_it, train_bpe_tokenizer
+    from recipe_dapo.cpu.assets import bpe_training_texts, tokenizer_as_verl_loads_it, train_bpe_tokenizer
 
     text = "3 + 4 = 7\nAnswer: 7"
     verl_ids = AutoTokenizer.from_pretrained(default_assets["model_path"])(text)["input_ids"]

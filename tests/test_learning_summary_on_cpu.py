@@ -139,7 +139,7 @@ def test_the_skipping_arm_trains_until_it_has_generated_the_baselines_tokens(tmp
 
 def test_every_arms_config_passes_the_start_up_rules(tmp_path):
     from conftest import compose_recipe_config
-    from recipe_dapo.default_assets import write_dataset
+    from recipe_dapo.cpu.assets import write_dataset
     from recipe_dapo.preflight import check_config
 
     train, val = write_dataset(tmp_path, num_train=16, num_val=4, seed=0)

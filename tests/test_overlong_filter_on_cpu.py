@@ -9,7 +9,7 @@ import torch
 from verl import DataProto
 from verl.workers.config import ActorConfig, PolicyLossConfig
 
-from recipe_dapo.loss import compute_policy_loss_dapo
+from recipe_dapo.loss.dapo import compute_policy_loss_dapo
 from recipe_dapo.overlong import apply_overlong_filter, is_truncated
 from recipe_dapo.overlong.metrics import FILTER_METRIC_NAMES as OVERLONG_FILTER_METRIC_NAMES
 

@@ -45,7 +45,7 @@ def run_fresh(code: str, **env) -> str:
 
 MODULES_AFTER_IMPORT_VERL = "import sys, verl\nprint(' '.join(sorted(sys.modules)))\n"
 LIGHT = {
-    "recipe_dapo", "recipe_dapo.plugin", "recipe_dapo.import_hooks", "recipe_dapo.config_resolvers", "recipe_dapo.cpu",
+    "recipe_dapo", "recipe_dapo.plugin", "recipe_dapo.import_hooks", "recipe_dapo.config.resolvers", "recipe_dapo.cpu",
     "recipe_dapo.cpu.detect",
 }
 
@@ -77,21 +77,21 @@ def test_registries_get_the_recipe_when_verl_imports_them_even_after_other_impor
         "      _agent_loop_registry['recipe_dapo_seeded']['_target_'])\n"
     )
     assert run_fresh(code, VERL_PLATFORM="cuda") == (
-        "True recipe_dapo.reward.manager recipe_dapo.seeded_agent_loop.SeededSingleTurnAgentLoop"
+        "True recipe_dapo.reward.manager recipe_dapo.trainers.classic.seeded_agent_loop.SeededSingleTurnAgentLoop"
     )
 
 
 def test_a_failing_registration_is_reported_by_the_start_up_check_not_by_a_broken_verl_import():
     code = (
         "import sys, types\n"
-        "sys.modules['recipe_dapo.loss'] = None  # importing it raises ImportError\n"
+        "sys.modules['recipe_dapo.loss.dapo'] = None  # importing it raises ImportError\n"
         "import verl\n"
         "import verl.trainer.ppo.core_algos  # must still import\n"
         "from recipe_dapo.preflight import PluginNotLoadedError, check_plugins_registered\n"
         "try:\n"
         "    check_plugins_registered('the driver')\n"
         "except PluginNotLoadedError as error:\n"
-        "    print('policy_loss:dapo' in str(error) and 'import of recipe_dapo.loss halted' in str(error))\n"
+        "    print('policy_loss:dapo' in str(error) and 'import of recipe_dapo.loss.dapo halted' in str(error))\n"
     )
     assert run_fresh(code, VERL_PLATFORM="cuda") == "True"
 
@@ -111,7 +111,7 @@ def test_the_seeded_agent_loop_hands_the_rows_seed_to_vllm(monkeypatch):
 
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-    from recipe_dapo.seeded_agent_loop import SeededSingleTurnAgentLoop
+    from recipe_dapo.trainers.classic.seeded_agent_loop import SeededSingleTurnAgentLoop
 
     seen = []
 

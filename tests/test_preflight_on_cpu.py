@@ -14,7 +14,7 @@ from conftest import REPO_ROOT, compose_recipe_config, small_run
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from recipe_dapo.default_assets import tokenizer_as_verl_loads_it, write_dataset
+    from recipe_dapo.cpu.assets import tokenizer_as_verl_loads_it, write_dataset
 
     folder = tmp_path_factory.mktemp("data")
     train, val = write_dataset(folder, num_train=16, num_val=4, seed=0)

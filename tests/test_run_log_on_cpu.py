@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from recipe_dapo.run_log import read_metrics, superseded_path
-from recipe_dapo.tracking import DAPOTracking
+from recipe_dapo.tracking.run_log import read_metrics, superseded_path
+from recipe_dapo.tracking.tracker import DAPOTracking
 
 
 @pytest.fixture

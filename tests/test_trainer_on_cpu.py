@@ -213,7 +213,7 @@ class RecordingTracker:
 
 @pytest.fixture()
 def inputs(tmp_path):
-    from recipe_dapo.default_assets import tokenizer_as_verl_loads_it, write_dataset
+    from recipe_dapo.cpu.assets import tokenizer_as_verl_loads_it, write_dataset
 
     train_file, val_file = write_dataset(tmp_path / "data", num_train=64, num_val=4, seed=0)
     model_dir = tmp_path / "model"
@@ -227,8 +227,8 @@ def build_trainer(tmp_path, inputs, monkeypatch, *overrides):
     from verl.single_controller.ray.base import ResourcePoolManager
     from verl.trainer.ppo.ray_trainer import Role
 
-    import recipe_dapo.trainer as trainer_module
-    from recipe_dapo.rollout_replicas import RolloutReplicas
+    import recipe_dapo.trainers.classic.trainer as trainer_module
+    from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 
     train_file, val_file, model_dir, tokenizer = inputs
     config = compose_recipe_config(
@@ -322,7 +322,7 @@ def test_after_a_skipped_update_the_next_rollout_wakes_the_replicas_first(traine
 
 
 def test_a_kill_while_saving_never_leaves_an_incomplete_checkpoint_marked_latest(trainer_and_device, monkeypatch):
-    import recipe_dapo.trainer as trainer_module
+    import recipe_dapo.trainers.classic.trainer as trainer_module
 
     trainer, device = trainer_and_device
     trainer.global_steps = 2
@@ -356,7 +356,7 @@ def test_a_resumed_run_trains_exactly_what_the_uninterrupted_run_trained(tmp_pat
 
 
 def test_seeded_rollouts_give_every_response_its_own_seed_repeatably_across_runs(tmp_path, inputs, monkeypatch):
-    from recipe_dapo.rollout_seeds import AGENT_NAME
+    from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME
 
     runs = []
     for name in ("first", "second"):
@@ -390,7 +390,7 @@ SKIPPING = (
 @pytest.fixture()
 def few_prompts(tmp_path):
     """16 training rows: prompts come back every few steps, so that skipping has histories to act on."""
-    from recipe_dapo.default_assets import tokenizer_as_verl_loads_it, write_dataset
+    from recipe_dapo.cpu.assets import tokenizer_as_verl_loads_it, write_dataset
 
     train_file, val_file = write_dataset(tmp_path / "data", num_train=16, num_val=4, seed=0)
     model_dir = tmp_path / "model"

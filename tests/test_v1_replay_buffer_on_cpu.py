@@ -80,7 +80,7 @@ class ScriptedRollouts:
 def make_buffer(rollouts, **dynamic_sampling):
     from omegaconf import OmegaConf
 
-    from recipe_dapo.v1.replay_buffer import DAPOReplayBuffer
+    from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
 
     sampler_kwargs = OmegaConf.create({
         "filter_groups": {"enable": True, "metric": "acc", "max_num_gen_batches": 0},

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recipe_dapo.validation_metrics import equal_samples_per_problem
+from recipe_dapo.trainers.validation_metrics import equal_samples_per_problem
 
 SOURCE = "synthetic_arithmetic"
 
@@ -43,7 +43,7 @@ def default_run_validation():
 
 @pytest.fixture(scope="module")
 def trainer():
-    from recipe_dapo.trainer import RayDAPOTrainer
+    from recipe_dapo.trainers.classic.trainer import RayDAPOTrainer
 
     # Only the metric code runs: no workers, no config needed by the methods under test.
     return object.__new__(RayDAPOTrainer)

@@ -107,7 +107,7 @@ MAX_EXTENSIONS = 3
 
 def build_assets(out: Path, warmup_steps: int, num_val: int, seed: int = 0) -> dict[str, str]:
     """The default run's data, tokenizer and tiny Qwen2 with a longer warm-up (reused when unchanged)."""
-    from recipe_dapo import default_assets as da
+    from recipe_dapo.cpu import assets as da
 
     spec = replace(da.TinyModelSpec(), warmup_steps=warmup_steps)
     return da.build_default_assets(out, None, num_train=512, num_val=num_val, seed=seed, spec=spec)
@@ -122,7 +122,7 @@ def restrict_to_facts(assets: dict[str, str], out: Path, num_facts: int, seed: i
     generalisation). The validation set holds each fact once.
     """
     import pandas as pd
-    from recipe_dapo import default_assets as da
+    from recipe_dapo.cpu import assets as da
 
     rows = da.synthetic_rows(512, "train", seed)
     facts = list(dict.fromkeys(da.arithmetic_problem_from_row(row)[0] for row in rows))[:num_facts]

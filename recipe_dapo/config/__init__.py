@@ -2,7 +2,7 @@
 ``ablation/``, ``sampling/``, ``platform/``.
 
 verl's ``ppo_trainer`` is found in the installed verl package by folder, without importing verl
-(``recipe_dapo.config_resolvers``). The ``dapo:`` section is :class:`recipe_dapo.settings.DapoSettings`, stored in
+(``recipe_dapo.config.resolvers``). The ``dapo:`` section is :class:`recipe_dapo.config.settings.DapoSettings`, stored in
 Hydra's ConfigStore as ``dapo_settings``. Importing this package registers both, and the resolvers the YAML uses:
 ``initialize_config_module`` imports it, and the entry points (``main_dapo``, ``dry_run``) import it before Hydra
 composes.
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 
-from recipe_dapo.config_resolvers import register_resolvers, verl_config_dir
+from recipe_dapo.config.resolvers import register_resolvers, verl_config_dir
 
 
 def register() -> None:
     """The resolvers and the ``dapo:`` schema (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
-    from recipe_dapo.settings import DapoSettings
+    from recipe_dapo.config.settings import DapoSettings
 
     register_resolvers()
     ConfigStore.instance().store(name="dapo_settings", node=DapoSettings)

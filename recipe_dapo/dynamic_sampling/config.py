@@ -88,7 +88,7 @@ class SkipSettings:
 @dataclass(kw_only=True)
 class DynamicSamplingSettings:
     """The recipe's ``dapo.dynamic_sampling`` config node: each field's default here is the only one (the Hydra
-    config is built from this class, see ``recipe_dapo.settings``)."""
+    config is built from this class, see ``recipe_dapo.config.settings``)."""
 
     round_sizing: str = "deficit"
     """``deficit``: each round asks for the prompts expected to fill what is missing, from the running

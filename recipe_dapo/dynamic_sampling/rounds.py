@@ -17,7 +17,7 @@ same loop, so the loop exists once.
 
 A *streaming* source has no round barrier: ``collect_streaming_step`` judges each group as soon as its ``n``
 responses are scored and refills while other prompts still generate (verl's v1 trainer, whose replay buffer
-holds finished groups in TransferQueue; ``recipe_dapo.v1``)::
+holds finished groups in TransferQueue; ``recipe_dapo.trainers.v1``)::
 
     sampler.begin_step(step)
     loop:

@@ -19,7 +19,7 @@ Why zeroing ``response_mask`` is enough in verl 0.9.1 (checked in its source):
   the configured mini-batch size in responses, so a filtered response still counts there, as a
   response with zero loss. The paper's token-mean is exact.
 - A mini-batch whose responses are all filtered gets ``batch_num_tokens=0``; the ``dapo`` loss turns
-  that into a zero loss instead of NaN (see ``recipe_dapo.loss``).
+  that into a zero loss instead of NaN (see ``recipe_dapo.loss.dapo``).
 
 The row is replaced, never written in place: when the trainer derived ``response_mask`` from ``attention_mask``
 it is a view of it, and zeroing the view would hide those tokens from the model.

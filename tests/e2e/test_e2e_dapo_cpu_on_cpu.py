@@ -50,7 +50,7 @@ def metrics_file(work_dir: Path) -> Path:
 
 def logged_steps(work_dir: Path) -> dict[int, dict]:
     """Metrics per step from the run's metrics file (verl's JSONL layout; a step's lines merged)."""
-    from recipe_dapo.run_log import read_metrics
+    from recipe_dapo.tracking.run_log import read_metrics
 
     return read_metrics(metrics_file(work_dir))
 

@@ -25,7 +25,7 @@ class DAPOTaskRunnerV1:
         from verl.trainer.ppo.v1 import AgentLoopManagerTQ, get_trainer_cls
         from verl.utils.import_utils import load_class_from_fqn
 
-        from recipe_dapo.v1.trainer import TRAINER_NAMES
+        from recipe_dapo.trainers.v1.trainer import TRAINER_NAMES
 
         logger.info("DAPO v1 task runner on %s (pid %d)", socket.gethostname(), os.getpid())
         if config.dapo.preflight.check_worker_plugins:

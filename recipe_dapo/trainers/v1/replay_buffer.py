@@ -12,7 +12,7 @@ Validation batches (partition ``val``) are sampled by verl's own code, unfiltere
 
 Set up by the recipe's config (``recipe_dapo/config/dapo_trainer.yaml``)::
 
-    trainer.v1.sampler.custom_sampler.path: pkg://recipe_dapo.v1.replay_buffer
+    trainer.v1.sampler.custom_sampler.path: pkg://recipe_dapo.trainers.v1.replay_buffer
     trainer.v1.sampler.custom_sampler.name: DAPOReplayBuffer
     trainer.v1.sampler.sampler_kwargs: references to algorithm.filter_groups, dapo.dynamic_sampling and the sizes
 """

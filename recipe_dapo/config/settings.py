@@ -70,7 +70,7 @@ class DapoSettings:
 
     seeded_rollouts: bool = False
     """Sample every training response with its own seed from (``actor_rollout_ref.rollout.seed``, step, round),
-    so that a fixed-seed run repeats (``recipe_dapo.rollout_seeds``; ``platform=cpu`` turns it on)."""
+    so that a fixed-seed run repeats (``recipe_dapo.trainers.classic.rollout_seeds``; ``platform=cpu`` turns it on)."""
 
     overlong_filter: OverlongFilterSettings = field(default_factory=OverlongFilterSettings)
     dynamic_sampling: DynamicSamplingSettings = field(default_factory=DynamicSamplingSettings)

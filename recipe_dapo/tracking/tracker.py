@@ -1,8 +1,8 @@
 """The trainer's ``Tracking``: verl's, with its ``file`` and ``console`` backends replaced.
 
-- ``file``: :class:`recipe_dapo.run_log.ResumableFileLogger`, which appends (verl's truncates the metrics file
+- ``file``: :class:`recipe_dapo.tracking.run_log.ResumableFileLogger`, which appends (verl's truncates the metrics file
   when a killed run resumes) and sets aside only the lines the resumed process logs again;
-- ``console``: :class:`recipe_dapo.console.RunConsole`, one short line per step and per validation and a
+- ``console``: :class:`recipe_dapo.tracking.console.RunConsole`, one short line per step and per validation and a
   summary in ``finish()`` (verl's prints every metric of a step on one line).
 
 Every other backend (wandb, tensorboard, mlflow, ...) is verl's, unchanged, and gets the full metrics.
@@ -17,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.utils.tracking import Tracking
 
-from recipe_dapo.console import RunConsole
-from recipe_dapo.run_log import ResumableFileLogger
+from recipe_dapo.tracking.console import RunConsole
+from recipe_dapo.tracking.run_log import ResumableFileLogger
 
 REPLACED_BACKENDS = ("file", "console")
 

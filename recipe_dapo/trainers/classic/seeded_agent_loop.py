@@ -11,7 +11,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from recipe_dapo.rollout_seeds import AGENT_NAME, SEED_COLUMN, with_seed
+from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME, SEED_COLUMN, with_seed
 
 
 @register(AGENT_NAME)

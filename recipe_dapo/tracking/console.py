@@ -25,7 +25,7 @@ Validation lines show, per data source, ``val/<source>/mean@k`` and the largest 
 per-problem metrics); without them (a reward manager with no ``acc``), verl's ``val-core`` means.
 Tokens: ``dynamic_sampling/generated_tokens`` (every response token generated, kept or filtered) against
 ``training/response_tokens`` less the overlong filter's share (tokens that carried loss). Lines go through
-``logging`` (logger ``recipe_dapo.console``), which prints them on stdout with no prefix.
+``logging`` (logger ``recipe_dapo.tracking.console``), which prints them on stdout with no prefix.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
-LOGGER_NAME = "recipe_dapo.console"
+LOGGER_NAME = "recipe_dapo.tracking.console"
 logger = logging.getLogger(LOGGER_NAME)
 
 

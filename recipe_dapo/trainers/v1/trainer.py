@@ -34,10 +34,10 @@ from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, registe
 from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
 from recipe_dapo.preflight import V1_TRAINER_MODES
 from recipe_dapo.reward.manager import stop_token_ids
-from recipe_dapo.checkpoint_state import load_recipe_state, save_recipe_state
-from recipe_dapo.tracking import open_tracking
-from recipe_dapo.v1.replay_buffer import DAPOReplayBuffer
-from recipe_dapo.validation_metrics import add_problem_metrics
+from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
+from recipe_dapo.tracking.tracker import open_tracking
+from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
+from recipe_dapo.trainers.validation_metrics import add_problem_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class _DAPOOnV1:
         if not isinstance(self.replay_buffer, DAPOReplayBuffer):
             raise TypeError(
                 f"trainer.v1.sampler.custom_sampler gave {type(self.replay_buffer).__name__}; the recipe's v1 trainer "
-                "needs recipe_dapo.v1.replay_buffer.DAPOReplayBuffer (the recipe's config sets it)"
+                "needs recipe_dapo.trainers.v1.replay_buffer.DAPOReplayBuffer (the recipe's config sets it)"
             )
         self._stop_ids: Optional[list[int]] = None
         if config.dapo.seeded_rollouts:

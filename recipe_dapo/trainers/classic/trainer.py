@@ -53,7 +53,7 @@ from recipe_dapo.dynamic_sampling import (
     collect_step,
     trajectory_metric,
 )
-from recipe_dapo.validation_metrics import (
+from recipe_dapo.trainers.validation_metrics import (
     add_problem_metrics,
     equal_samples_per_problem,
     with_problem_uids,
@@ -61,11 +61,11 @@ from recipe_dapo.validation_metrics import (
 from recipe_dapo.overlong import apply_overlong_filter, overlong_metrics
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.reward.metrics import reward_metrics
-from recipe_dapo.rollout_replicas import RolloutReplicas
-from recipe_dapo.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
-from recipe_dapo.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
-from recipe_dapo.checkpoint_state import load_recipe_state, save_recipe_state
-from recipe_dapo.tracking import open_tracking
+from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
+from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
+from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
+from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
+from recipe_dapo.tracking.tracker import open_tracking
 
 logger = logging.getLogger(__name__)
 
@@ -368,7 +368,7 @@ class RayDAPOTrainer(RayPPOTrainer):
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
         """verl's validation metrics over every problem, plus what papers report per source: mean@k, pass@k, maj@k.
 
-        verl's metrics get k samples of every problem (``recipe_dapo.validation_metrics`` says why); the headline
+        verl's metrics get k samples of every problem (``recipe_dapo.trainers.validation_metrics`` says why); the headline
         ``val-core/<source>/acc/mean@k`` is the per-problem mean over all samples of every problem.
         """
         equal = equal_samples_per_problem(data_sources, sample_uids, reward_extra_infos_dict)

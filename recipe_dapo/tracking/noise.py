@@ -201,12 +201,12 @@ def install_console_filter() -> NoiseFilter | None:
 
 
 def _report_hidden(noise_filter: NoiseFilter) -> None:
-    from recipe_dapo.console import logger as console_logger
-    from recipe_dapo.console import _ensure_handler
+    from recipe_dapo.tracking.console import logger as console_logger
+    from recipe_dapo.tracking.console import _ensure_handler
 
     if noise_filter.hidden_total:
         _ensure_handler()
         console_logger.info(
-            "the console hid %d known-noise line(s) (recipe_dapo/console_noise.py lists them; "
+            "the console hid %d known-noise line(s) (recipe_dapo/tracking/noise.py lists them; "
             "%s=0 shows them)", noise_filter.hidden_total, DISABLE_ENV,
         )

@@ -1,5 +1,5 @@
 """verl's task runner with the DAPO trainer: a Ray actor that builds verl's workers and datasets exactly as verl's
-own task runner does and trains with :class:`recipe_dapo.trainer.RayDAPOTrainer`.
+own task runner does and trains with :class:`recipe_dapo.trainers.classic.trainer.RayDAPOTrainer`.
 
 Kept apart from ``main_dapo`` so that the entry point checks the configuration before importing Ray and verl.
 """
@@ -31,7 +31,7 @@ class DAPOTaskRunner(BaseTaskRunner):
         from verl.utils.dataset.rl_dataset import collate_fn
         from verl.workers.config import HFModelConfig
 
-        from recipe_dapo.trainer import RayDAPOTrainer
+        from recipe_dapo.trainers.classic.trainer import RayDAPOTrainer
 
         logger.info("DAPO task runner on %s (pid %d)", socket.gethostname(), os.getpid())
         if config.dapo.preflight.check_worker_plugins:
