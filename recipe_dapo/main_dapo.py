@@ -25,7 +25,8 @@ from omegaconf import DictConfig  # noqa: E402
 
 import recipe_dapo.config  # noqa: E402,F401  (registers what Hydra needs to compose the config)
 from recipe_dapo.cpu.memory import apply_cpu_kv_cache  # noqa: E402
-from recipe_dapo.preflight import DAPOConfigError, PluginNotLoadedError, check_config, trainer_in_use  # noqa: E402
+from recipe_dapo.preflight import DAPOConfigError, check_config  # noqa: E402
+from recipe_dapo.trainers.table import load, trainer_for  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -34,14 +35,11 @@ def run(config: DictConfig) -> None:
     """Check the configuration, then train (verl's run_ppo starts Ray and the task runner)."""
     apply_cpu_kv_cache(config)  # platform=cpu: vLLM's KV cache sized in GiB from the run's shapes
     check_config(config, where="the driver")
-    print(trainer_in_use(config), flush=True)
+    trainer = trainer_for(config)
+    print(trainer.log_line(), flush=True)
     from verl.trainer.main_ppo import run_ppo
 
-    if config.trainer.use_v1:
-        from recipe_dapo.trainers.v1.task_runner import DAPOTaskRunnerV1 as runner
-    else:
-        from recipe_dapo.trainers.classic.task_runner import DAPOTaskRunner as runner
-    run_ppo(config, task_runner_class=runner)
+    run_ppo(config, task_runner_class=load(trainer.task_runner))
 
 
 @hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
@@ -57,6 +55,8 @@ class refusals_exit_cleanly:
         return self
 
     def __exit__(self, kind, error, traceback):
+        from recipe_dapo.plugin import PluginNotLoadedError  # here: importing the plugin may import verl
+
         if isinstance(error, (DAPOConfigError, PluginNotLoadedError)):
             print(f"\n{error}\n", file=sys.stderr, flush=True)
             raise SystemExit(1)
@@ -71,7 +71,7 @@ def main(hydra_main=_hydra_main) -> None:
         from hydra.errors import HydraException
 
         if exit.code not in (0, None) and isinstance(exit.__context__, HydraException):
-            from recipe_dapo.preflight import suggest_for_overrides
+            from recipe_dapo.config.suggest import suggest_for_overrides
 
             for line in suggest_for_overrides(sys.argv[1:]):
                 print(line, file=sys.stderr)

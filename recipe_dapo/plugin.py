@@ -38,6 +38,10 @@ for _component, _registry in COMPONENT_MODULES.items():
     when_imported(_registry, lambda module=_component: importlib.import_module(module))
 
 
+class PluginNotLoadedError(RuntimeError):
+    """The recipe's verl plugins are not registered in some process."""
+
+
 def registered_components() -> dict[str, bool]:
     """What this process has registered in verl's registries (imports them: used by the start-up check)."""
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
@@ -56,3 +60,22 @@ def registered_components() -> dict[str, bool]:
 def registration_errors() -> dict[str, str]:
     """verl module -> the error its recipe registration raised (empty when all went well)."""
     return {module: repr(error) for module, error in failed_hooks.items()}
+
+
+def check_plugins_registered(where: str) -> None:
+    """Fail loudly when the ``verl.plugins`` entry point did not register the recipe in this process."""
+    import verl  # noqa: F401  (importing verl is what loads the plugins)
+
+    try:
+        missing = [name for name, ok in registered_components().items() if not ok]
+        error = registration_errors() or None
+    except Exception as exc:  # verl's registries (or the recipe's modules they import) failed to import
+        missing, error = ["recipe_dapo.plugin"], exc
+    if missing:
+        raise PluginNotLoadedError(
+            f"recipe_dapo components are not registered in {where}: missing {missing}"
+            + (f" (importing or registering recipe_dapo.plugin failed: {error!r})" if error else "")
+            + ". verl loads them through the 'verl.plugins' entry point: install the recipe into the Python "
+            "environment the workers use (`pip install -e .` in this repository, or add it to the Ray "
+            "runtime_env), and make sure VERL_USE_EXTERNAL_PLUGINS is unset, 'auto' or includes 'recipe_dapo'."
+        )

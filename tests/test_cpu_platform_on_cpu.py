@@ -102,7 +102,7 @@ def test_platform_cpu_config_pins_the_driver_to_cpu_even_where_a_gpu_is_detected
     """On a GPU machine, `platform=cpu` must not be rewritten to cuda by verl's auto_set_device."""
     from verl.plugin.platform import PlatformRegistry, get_platform, platform_manager
 
-    from recipe_dapo.cpu.detect import use_configured_device
+    from recipe_dapo.cpu.device import use_configured_device
 
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
     monkeypatch.setattr(platform_manager, "_current_platform", None)

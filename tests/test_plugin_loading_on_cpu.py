@@ -24,7 +24,7 @@ def test_importing_verl_in_a_fresh_process_registers_loss_and_reward_manager():
 
 def test_missing_component_names_what_is_missing_and_how_to_fix_it(monkeypatch):
     import recipe_dapo.plugin as plugin
-    from recipe_dapo.preflight import PluginNotLoadedError, check_plugins_registered
+    from recipe_dapo.plugin import PluginNotLoadedError, check_plugins_registered
 
     monkeypatch.setattr(plugin, "registered_components", lambda: {"policy_loss:dapo": True, "reward_manager:recipe_dapo": False})
     with pytest.raises(PluginNotLoadedError) as error:
@@ -45,7 +45,8 @@ def run_fresh(code: str, **env) -> str:
 
 MODULES_AFTER_IMPORT_VERL = "import sys, verl\nprint(' '.join(sorted(sys.modules)))\n"
 LIGHT = {
-    "recipe_dapo", "recipe_dapo.plugin", "recipe_dapo.import_hooks", "recipe_dapo.config.resolvers", "recipe_dapo.cpu",
+    "recipe_dapo", "recipe_dapo.plugin", "recipe_dapo.import_hooks", "recipe_dapo.config", "recipe_dapo.config.resolvers",
+    "recipe_dapo.cpu",
     "recipe_dapo.cpu.detect",
 }
 
@@ -87,7 +88,7 @@ def test_a_failing_registration_is_reported_by_the_start_up_check_not_by_a_broke
         "sys.modules['recipe_dapo.loss.dapo'] = None  # importing it raises ImportError\n"
         "import verl\n"
         "import verl.trainer.ppo.core_algos  # must still import\n"
-        "from recipe_dapo.preflight import PluginNotLoadedError, check_plugins_registered\n"
+        "from recipe_dapo.plugin import PluginNotLoadedError, check_plugins_registered\n"
         "try:\n"
         "    check_plugins_registered('the driver')\n"
         "except PluginNotLoadedError as error:\n"

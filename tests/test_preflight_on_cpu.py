@@ -55,15 +55,17 @@ def test_each_mistake_is_refused_with_its_key_and_fix(data, override, expected):
 
 
 def test_v1_trainer_in_sync_and_colocate_async_modes_passes_and_the_log_says_which_trainer(data):
-    from recipe_dapo.preflight import check_config, trainer_in_use
+    from recipe_dapo.preflight import check_config
+    from recipe_dapo.trainers.table import trainer_for
 
     config = compose_recipe_config(small_run(data, "trainer.use_v1=true"))
     check_config(config)
-    assert "DAPOTrainerV1 on verl's v1 trainer" in trainer_in_use(config)
+    assert "recipe_dapo.trainers.v1.trainer.DAPOTrainerV1 (trainer.use_v1=true, trainer_mode=sync)" in (
+        trainer_for(config).log_line())
     async_config = compose_recipe_config(small_run(data, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async"))
     check_config(async_config)
-    assert "DAPOTrainerV1ColocateAsync" in trainer_in_use(async_config)
-    assert "RayDAPOTrainer on verl's classic RayPPOTrainer" in trainer_in_use(compose_recipe_config(small_run(data)))
+    assert "DAPOTrainerV1ColocateAsync" in trainer_for(async_config).log_line()
+    assert "RayDAPOTrainer (trainer.use_v1=false" in trainer_for(compose_recipe_config(small_run(data))).log_line()
     for seq_final in ("algorithm.filter_groups.metric=seq_final_reward",):
         assert "judged before the KL" in refusal(small_run(data, "trainer.use_v1=true", seq_final))
     assert "nothing would be skipped" in refusal(
@@ -147,7 +149,7 @@ def test_a_mistyped_key_gets_a_did_you_mean(tmp_path):
 
 
 def test_unknown_override_keys_are_matched_among_their_siblings_first():
-    from recipe_dapo.preflight import unknown_override_keys
+    from recipe_dapo.config.suggest import unknown_override_keys
 
     config = compose_recipe_config([])
     lines = unknown_override_keys(

@@ -1,11 +1,11 @@
-"""The recipe's Hydra config: ``dapo_trainer.yaml`` on verl 0.9.1's ``ppo_trainer``, and its groups ``size/``,
-``ablation/``, ``sampling/``, ``platform/``.
+"""The recipe's configuration: the Hydra config ``dapo_trainer.yaml`` on verl 0.9.1's ``ppo_trainer`` and its groups
+``size/``, ``ablation/``, ``sampling/``, ``platform/``; the typed ``dapo:`` section (``settings``); the resolvers the
+YAML uses (``resolvers``); 'did you mean' for mistyped keys (``suggest``).
 
-verl's ``ppo_trainer`` is found in the installed verl package by folder, without importing verl
-(``recipe_dapo.config.resolvers``). The ``dapo:`` section is :class:`recipe_dapo.config.settings.DapoSettings`, stored in
-Hydra's ConfigStore as ``dapo_settings``. Importing this package registers both, and the resolvers the YAML uses:
-``initialize_config_module`` imports it, and the entry points (``main_dapo``, ``dry_run``) import it before Hydra
-composes.
+verl's ``ppo_trainer`` is found in the installed verl package by folder, without importing verl (``resolvers``).
+Importing this package registers the resolvers at once (omegaconf only) and stores :class:`settings.DapoSettings` in
+Hydra's ConfigStore as ``dapo_settings`` as soon as Hydra's ConfigStore is imported (``initialize_config_module``
+imports this package first, then Hydra composes), so a process that only resolves a config never imports Hydra.
 """
 
 from __future__ import annotations
@@ -13,16 +13,21 @@ from __future__ import annotations
 import os
 
 from recipe_dapo.config.resolvers import register_resolvers, verl_config_dir
+from recipe_dapo.import_hooks import when_imported
 
 
-def register() -> None:
-    """The resolvers and the ``dapo:`` schema (idempotent)."""
+def _store_schema() -> None:
     from hydra.core.config_store import ConfigStore
 
     from recipe_dapo.config.settings import DapoSettings
 
-    register_resolvers()
     ConfigStore.instance().store(name="dapo_settings", node=DapoSettings)
+
+
+def register() -> None:
+    """The resolvers and, once Hydra is imported, the ``dapo:`` schema (idempotent)."""
+    register_resolvers()
+    when_imported("hydra.core.config_store", _store_schema)
 
 
 def config_groups() -> list[str]:

@@ -1,7 +1,7 @@
 """Whether this process runs on the recipe's CPU platform: the one place that decides.
 
 Asked by the plugin (import the CPU platform at all?), the platform itself (``is_platform_available``), the
-driver (``use_configured_device``), vLLM's general plugin and the standalone evaluator. The rules:
+driver (``device.use_configured_device``), vLLM's general plugin and the standalone evaluator. The rules:
 
 1. ``VERL_PLATFORM`` pins the answer: ``cpu`` means yes, any other platform name means no. The ``platform=cpu``
    config sets it in the driver and, through Ray's runtime env, in every worker.
@@ -65,18 +65,3 @@ def cpu_requested_by_env() -> bool:
     """The environment says CPU (``VERL_PLATFORM=cpu``, or ``VLLM_TARGET_DEVICE=cpu`` as verl's CPU rollout and the
     evaluator set for vLLM): the cheap check for processes that must not import verl, such as vLLM's engine."""
     return pinned_platform() == PLATFORM_NAME or os.environ.get("VLLM_TARGET_DEVICE", "").lower() == PLATFORM_NAME
-
-
-def use_configured_device(config) -> None:
-    """Settle this process's platform and ``trainer.device`` before any check or worker uses them.
-
-    ``trainer.device=cpu`` pins the CPU platform (importing it only then); otherwise verl's ``auto_set_device``
-    keeps the detected one.
-    """
-    from verl.utils.device import auto_set_device
-
-    if config.trainer.device == PLATFORM_NAME:
-        from recipe_dapo.cpu.platform import pin_cpu_platform
-
-        pin_cpu_platform()
-    auto_set_device(config)

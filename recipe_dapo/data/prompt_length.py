@@ -20,16 +20,19 @@ normalized text, so a text of at most ``limit`` UTF-8 bytes after the tokenizer'
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.data.validation import RLDataError
 
 _ROWS_PER_BATCH = 4096
+_logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -183,3 +186,113 @@ def load_tokenizer(
 def _messages(conversation: Any) -> list[dict]:
     """A row's prompt as a list of plain dicts (parquet may give numpy arrays of structs)."""
     return [dict(message) for message in conversation]
+
+
+# ----------------------------------------------------------------------------- the start-up rule's counting
+
+
+def prompt_limit(config: DictConfig) -> tuple[int, str]:
+    """The prompt length the rollout enforces and the key that sets it (``rollout.prompt_length`` follows
+    ``data.max_prompt_length`` unless overridden; the smaller one cuts)."""
+    data_limit = int(OmegaConf.select(config, "data.max_prompt_length"))
+    rollout_limit = OmegaConf.select(config, "actor_rollout_ref.rollout.prompt_length")
+    if rollout_limit is not None and int(rollout_limit) < data_limit:
+        return int(rollout_limit), "actor_rollout_ref.rollout.prompt_length"
+    return data_limit, "data.max_prompt_length"
+
+
+def tokenizer_key(config: DictConfig) -> str:
+    """The key that names the tokenizer: ``tokenizer_path`` when set, else the model path."""
+    key = "tokenizer_path" if OmegaConf.select(config, "actor_rollout_ref.model.tokenizer_path") else "path"
+    return f"actor_rollout_ref.model.{key}"
+
+
+def tokenizer_path(config: DictConfig) -> str:
+    model = OmegaConf.select(config, "actor_rollout_ref.model")
+    return str(model.get("tokenizer_path") or model.path)
+
+
+def prompt_length_problems(config: DictConfig, not_checked: list[str]) -> list[str]:
+    """Count every prompt's tokens with the model's tokenizer (``recipe_dapo.data.prompt_length``).
+
+    Over the limit, verl's rollout would keep each prompt's last tokens and cut its question away. Refused,
+    naming file, row, token count and key, unless ``data.filter_overlong_prompts=true`` (verl's dataset then
+    drops them: counted here) or ``data.truncation=left`` (what the rollout does: counted here).
+    """
+    problems: list[str] = []
+    truncation = str(OmegaConf.select(config, "data.truncation", default="error"))
+    filtering = bool(OmegaConf.select(config, "data.filter_overlong_prompts", default=False))
+    if truncation not in ("error", "left"):
+        problems.append(
+            f"data.truncation={truncation}: verl's agent loop only cuts prompts on the left (keeping their last "
+            "tokens); set data.truncation=error (refuse overlong prompts at start-up, the default) or left, "
+            "or data.filter_overlong_prompts=true (drop them)"
+        )
+    files = [
+        (key, path)
+        for key in ("data.train_files", "data.val_files")
+        for path in _paths(OmegaConf.select(config, key))
+        if os.path.isfile(path)  # a missing file is rule_data_files' problem
+    ]
+    if not files:
+        return problems
+    model = OmegaConf.select(config, "actor_rollout_ref.model")
+    path = os.path.expanduser(tokenizer_path(config))
+    local = os.path.isdir(path)
+    try:
+        tokenizer = load_tokenizer(
+            path, bool(model.get("trust_remote_code", False)), model.get("custom_chat_template"), local_files_only=not local
+        )
+    except Exception as exc:  # transformers raises OSError, ValueError, ... for a bad path
+        if not local:  # a hub id not in the cache: the check never downloads (verl's workers will)
+            not_checked.append(f"{tokenizer_key(config)}: {path} (not a local folder nor in the Hugging Face "
+                                      "cache: prompt tokens not counted before start)")
+            _logger.warning("prompt tokens not counted at start-up: %s is not a local folder nor cached", path)
+            return problems
+        problems.append(
+            f"actor_rollout_ref.model.path={model.path}: cannot load its tokenizer to count prompt tokens "
+            f"({type(exc).__name__}: {exc}); point it (or actor_rollout_ref.model.tokenizer_path) at a model folder"
+        )
+        return problems
+    limit, limit_key = prompt_limit(config)
+    prompt_key = str(OmegaConf.select(config, "data.prompt_key", default="prompt"))
+    template_kwargs = OmegaConf.select(config, "data.apply_chat_template_kwargs") or {}
+    for key, path in files:
+        try:
+            lengths = scan_prompt_lengths(path, tokenizer, limit, prompt_key, template_kwargs)
+        except Exception as exc:  # a row the chat template cannot render (bad rows are also reported above)
+            problems.append(f"{key}: {path}: cannot count its prompt tokens ({type(exc).__name__}: {exc})")
+            continue
+        if not lengths.num_overlong:
+            continue
+        needed = int(OmegaConf.select(config, "data.train_batch_size")) if key == "data.train_files" else 1
+        kept = lengths.rows - lengths.num_overlong
+        if filtering and kept >= needed:
+            _logger.warning(
+                "%s: %s: dropping %d of %d prompts longer than %s=%d tokens (data.filter_overlong_prompts=true)",
+                key, path, lengths.num_overlong, lengths.rows, limit_key, limit,
+            )
+        elif filtering:
+            problems.append(
+                f"{key}: {path}: only {kept} of {lengths.rows} prompts fit {limit_key}={limit} tokens, fewer than "
+                f"the {needed} a step needs after data.filter_overlong_prompts drops the rest; raise {limit_key} "
+                f"to {int(lengths.overlong_tokens.max())}"
+            )
+        elif truncation == "left":
+            _logger.warning(
+                "%s: %s: %d of %d prompts are longer than %s=%d tokens and will lose their first tokens "
+                "(data.truncation=left)", key, path, lengths.num_overlong, lengths.rows, limit_key, limit,
+            )
+        else:
+            fix = (
+                f"raise {limit_key} to {{longest}} (the longest prompt), or set data.filter_overlong_prompts=true "
+                "to drop these rows (data.truncation=left keeps their last tokens, cutting the question away)"
+            )
+            problems.append(f"{key}: {overlong_error(lengths, limit_key, fix)}")
+    return problems
+
+
+def _paths(value) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(item) for item in value]

@@ -37,6 +37,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from omegaconf import DictConfig, OmegaConf
+
 LOGGER_NAME = "recipe_dapo.tracking.console"
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -236,3 +238,28 @@ def _ensure_handler(stream=None) -> None:
 
 
 __all__ = ["RunConsole", "format_step_line", "format_validation", "validation_headlines"]
+
+
+def run_summary(config: DictConfig) -> dict[str, object]:
+    """The handful of values that say what the run will do."""
+
+    def get(key: str):
+        return OmegaConf.select(config, key)
+
+    actor = "actor_rollout_ref.actor"
+    return {
+        "GPUs": f"{get('trainer.nnodes')} nodes x {get('trainer.n_gpus_per_node')}",
+        "model": get("actor_rollout_ref.model.path"),
+        "train / gen prompts": f"{get('data.train_batch_size')} / {get('data.gen_batch_size')}",
+        "responses per prompt": get("actor_rollout_ref.rollout.n"),
+        "mini-batch prompts": get(f"{actor}.ppo_mini_batch_size"),
+        "prompt / response tokens": f"{get('data.max_prompt_length')} / {get('data.max_response_length')}",
+        "loss": f"{get(f'{actor}.policy_loss.loss_mode')}, {get(f'{actor}.loss_agg_mode')}, "
+        f"clip {get(f'{actor}.clip_ratio_low')} / {get(f'{actor}.clip_ratio_high')}",
+        "dynamic sampling": get("algorithm.filter_groups.enable"),
+        "keep rule / prompt skipping": f"{get('dapo.dynamic_sampling.keep_rule')} / "
+        f"{get('dapo.dynamic_sampling.skip.enable')}",
+        "overlong buffer": get("reward.reward_kwargs.overlong_buffer_cfg.enable"),
+        "sequence / tensor parallel": f"{get(f'{actor}.ulysses_sequence_parallel_size')} / "
+        f"{get('actor_rollout_ref.rollout.tensor_model_parallel_size')}",
+    }

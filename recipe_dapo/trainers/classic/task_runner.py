@@ -17,7 +17,7 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
-from recipe_dapo.preflight import check_plugins_registered
+from recipe_dapo.plugin import check_plugins_registered
 
 logger = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from recipe_dapo.dynamic_sampling import (
 )
 from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
 from recipe_dapo.overlong import overlong_metrics
-from recipe_dapo.preflight import V1_TRAINER_MODES
+from recipe_dapo.trainers.table import V1_TRAINER_MODES, v1_entry
 from recipe_dapo.reward.metrics import reward_metrics
 
 logger = logging.getLogger(__name__)
@@ -205,13 +205,13 @@ class DAPOReplayBuffer(ReplayBuffer):
         if trainer_mode not in V1_TRAINER_MODES:
             raise ValueError(
                 f"trainer.v1.trainer_mode={trainer_mode!r}: the recipe's DAPO sampler runs on verl v1 in "
-                f"{V1_TRAINER_MODES} (see recipe_dapo.preflight, which refuses this at start-up)"
+                f"{V1_TRAINER_MODES} (see recipe_dapo.trainers.table; the start-up rules refuse this)"
             )
         if refill_fn is None:
             raise ValueError("DAPOReplayBuffer needs verl's refill_fn to submit prompts")
         # sync: the weights change after every step, so a step waits for the prompts still generating (their groups
         # are pooled); colocate_async: they pause with the replicas and resume after the update (partial rollout).
-        self.drain = trainer_mode == "sync"
+        self.drain = v1_entry(trainer_mode).drains
         kwargs = dict(sampler_kwargs or {})
         train_batch_size = int(kwargs["train_batch_size"])
         self.config = DynamicSamplingConfig.from_config(

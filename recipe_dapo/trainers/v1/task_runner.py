@@ -10,7 +10,7 @@ import socket
 import ray
 from omegaconf import DictConfig, OmegaConf
 
-from recipe_dapo.preflight import check_plugins_registered
+from recipe_dapo.plugin import check_plugins_registered
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +25,13 @@ class DAPOTaskRunnerV1:
         from verl.trainer.ppo.v1 import AgentLoopManagerTQ, get_trainer_cls
         from verl.utils.import_utils import load_class_from_fqn
 
-        from recipe_dapo.trainers.v1.trainer import TRAINER_NAMES
+        from recipe_dapo.trainers.table import v1_entry
+        import recipe_dapo.trainers.v1.trainer  # noqa: F401  (registers the recipe's trainers with verl)
 
         logger.info("DAPO v1 task runner on %s (pid %d)", socket.gethostname(), os.getpid())
         if config.dapo.preflight.check_worker_plugins:
             check_plugins_registered(where="a Ray worker (the v1 task runner)")
-        trainer_cls = get_trainer_cls(TRAINER_NAMES[config.trainer.v1.trainer_mode])
+        trainer_cls = get_trainer_cls(v1_entry(config.trainer.v1.trainer_mode).registered_name)
         config.transfer_queue.enable = True
         OmegaConf.resolve(config)
         tq.init(config.transfer_queue)

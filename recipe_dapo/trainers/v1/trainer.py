@@ -32,18 +32,14 @@ from verl import DataProto
 from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
 
 from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
-from recipe_dapo.preflight import V1_TRAINER_MODES
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
 from recipe_dapo.tracking.tracker import open_tracking
+from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
 from recipe_dapo.trainers.validation_metrics import add_problem_metrics
 
 logger = logging.getLogger(__name__)
-
-TRAINER_NAMES = {mode: f"recipe_dapo.{mode}" for mode in V1_TRAINER_MODES}
-"""``trainer.v1.trainer_mode`` -> the name the recipe's trainer is registered under with verl."""
-
 
 class _DAPOOnV1:
     """What DAPO changes in a verl v1 trainer, whatever its mode (mixed in before verl's trainer class)."""
@@ -160,13 +156,13 @@ class _DAPOOnV1:
                     self.replay_buffer.sampler.pooled_groups)
 
 
-@register_trainer(TRAINER_NAMES["sync"])
+@register_trainer(v1_entry("sync").registered_name)
 class DAPOTrainerV1(_DAPOOnV1, PPOTrainerSync):
     """verl's synchronous v1 trainer with DAPO's sampler: a step drains the prompts still generating when its batch
     is full (their qualifying groups are pooled for the next step), then the replicas sleep for the update."""
 
 
-@register_trainer(TRAINER_NAMES["colocate_async"])
+@register_trainer(v1_entry("colocate_async").registered_name)
 class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
     """verl's colocated async v1 trainer with DAPO's sampler: a step takes its batch as soon as it is full; prompts
     still generating are paused with the replicas and resume, with partial rollout, after the weight update, so their

@@ -1,0 +1,75 @@
+"""Rules of dynamic sampling: the sampler's settings (keep rule, skipping, budget), a filter metric every response
+has, and prompt ids for skipping."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from omegaconf import DictConfig
+
+from recipe_dapo.config.suggest import closest_first
+from recipe_dapo.preflight.base import CheckReport, paths, select
+from recipe_dapo.preflight.reward import reward_extra_info_keys
+
+# Per-sample keys that are text, so they cannot be a filter metric.
+TEXT_REWARD_KEYS = ("pred", "verify_error")
+
+
+def rule_dynamic_sampling(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    from recipe_dapo.dynamic_sampling import DynamicSamplingConfig
+
+    try:
+        DynamicSamplingConfig.from_config(
+            select(config, "algorithm.filter_groups"),
+            select(config, "dapo.dynamic_sampling"),
+            train_batch_size=int(select(config, "data.train_batch_size")),
+            gen_batch_size=select(config, "data.gen_batch_size"),
+        )
+    except ValueError as exc:  # DynamicSamplingConfigError lists every problem of the keep rule and skip settings
+        yield from getattr(exc, "problems", [str(exc)])
+    if not select(config, "algorithm.filter_groups.enable", False):
+        return
+    if int(select(config, "actor_rollout_ref.rollout.n", 1)) < 2:
+        yield (
+            "algorithm.filter_groups.enable=true with actor_rollout_ref.rollout.n < 2: every group has one "
+            "response, so nothing can be filtered and GRPO advantages are zero; set rollout.n >= 2"
+        )
+    if select(config, "algorithm.filter_groups.metric") == "seq_final_reward" and select(
+        config, "algorithm.use_kl_in_reward", False
+    ):
+        yield (
+            "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: the KL penalty "
+            "needs reference log-probs, which are computed after filtering; filter on seq_reward or acc instead"
+        )
+
+
+def rule_filter_metric(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """The filter metric must be a number every response has: a summed reward, or a key the manager reports."""
+    from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
+
+    if not select(config, "algorithm.filter_groups.enable", False):
+        return
+    metric = select(config, "algorithm.filter_groups.metric")
+    manager = str(select(config, "reward.reward_manager.name"))
+    known = reward_extra_info_keys(manager)
+    if known is None:
+        return  # a manager the recipe does not know: any key it reports may be valid
+    numeric = set(SEQUENCE_METRICS) | (set(known) - set(TEXT_REWARD_KEYS))
+    if metric not in numeric:
+        yield (
+            f"algorithm.filter_groups.metric={metric!r} is not a numeric metric reward manager {manager!r} "
+            f"reports; choose one of {closest_first(metric, numeric)}"
+        )
+
+
+def rule_prompt_keys(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """Prompt skipping needs every training row to carry a prompt id no other prompt shares."""
+    if not select(config, "dapo.dynamic_sampling.skip.enable", False):
+        return []
+    from recipe_dapo.data.prompt_ids import prompt_key_problems
+
+    files = [path for path in paths(select(config, "data.train_files")) if os.path.isfile(path)]
+    if not files:  # absent files are rule_data_files' to report
+        return []
+    return prompt_key_problems(files, str(select(config, "data.prompt_key", "prompt")))

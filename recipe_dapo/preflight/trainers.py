@@ -1,0 +1,71 @@
+"""Rules of the trainer choice (``recipe_dapo.trainers.table``): the v1 modes the recipe's sampler serves, what verl's
+v1 trainer cannot do with DAPO's sampling, and TransferQueue installed."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from omegaconf import DictConfig
+
+from recipe_dapo.preflight.base import CheckReport, select
+from recipe_dapo.trainers.table import V1_SAMPLER, V1_TRAINER_MODES
+
+
+def rule_trainer(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """trainer.use_v1=true runs the recipe on verl's v1 trainer, in the modes the recipe's sampler supports."""
+    if not select(config, "trainer.use_v1", False):
+        return
+    mode = select(config, "trainer.v1.trainer_mode", "sync")
+    if mode not in V1_TRAINER_MODES:
+        yield (
+            f"trainer.v1.trainer_mode={mode}: the recipe's DAPO sampler runs on verl's v1 trainer in modes "
+            f"{' and '.join(V1_TRAINER_MODES)}. separate_async trains from one batch in parameter_sync_step pieces "
+            "and lends trainer GPUs to the rollout by counting sampleable groups itself, which the sampler does not "
+            "serve; set trainer.v1.trainer_mode=colocate_async (async, partial rollout) or sync"
+        )
+    if mode == "colocate_async" and select(config, "trainer.v1.sampler.max_off_policy_strategy", "drop") != "drop":
+        yield (
+            "trainer.v1.sampler.max_off_policy_strategy="
+            f"{select(config, 'trainer.v1.sampler.max_off_policy_strategy')}: with trainer_mode=colocate_async the "
+            "recipe's sampler drops groups submitted more than max_off_policy_threshold steps ago (drop); it does not "
+            "hold a step back for them (wait). Set it to drop, or max_off_policy_threshold=null for no limit"
+        )
+    sampler = (select(config, "trainer.v1.sampler.custom_sampler.path", None),
+               select(config, "trainer.v1.sampler.custom_sampler.name", None))
+    if sampler != V1_SAMPLER:
+        yield (
+            f"trainer.v1.sampler.custom_sampler is {sampler[0]}:{sampler[1]}; the recipe's v1 trainer samples with "
+            f"{V1_SAMPLER[0]}:{V1_SAMPLER[1]} (its dynamic sampling); remove the override"
+        )
+    if select(config, "reward.reward_model.enable", False) and not select(
+        config, "reward.reward_model.enable_resource_pool", False
+    ):
+        yield (
+            "reward.reward_model.enable=true with a colocated reward model: on verl's v1 trainer groups are judged "
+            "while they generate, which needs the reward at sampling time; set "
+            "reward.reward_model.enable_resource_pool=true or trainer.use_v1=false"
+        )
+    if select(config, "dapo.dynamic_sampling.skip.enable", False):
+        yield (
+            "dapo.dynamic_sampling.skip.enable=true with trainer.use_v1=true: prompts are skipped where the classic "
+            "trainer's rounds take them; on verl's v1 trainer verl's dataloader hands prompts to the rollout directly, "
+            "so nothing would be skipped. Set trainer.use_v1=false to skip prompts, or skip.enable=false"
+        )
+    if select(config, "algorithm.filter_groups.metric", None) == "seq_final_reward":
+        yield (
+            "algorithm.filter_groups.metric=seq_final_reward: on verl's v1 trainer groups are judged before the KL "
+            "penalty is applied; use seq_reward (the same without the KL term), acc or score"
+        )
+
+
+def rule_v1_installed(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """trainer.use_v1=true needs TransferQueue, which verl installs only with its verl-core extra."""
+    if not select(config, "trainer.use_v1", False):
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("transfer_queue") is None:
+        yield (
+            "trainer.use_v1=true needs TransferQueue, which is not installed: pip install 'transferqueue>=0.1.10,<0.2' "
+            "(the recipe's cpu, gpu and v1 extras include it), or set trainer.use_v1=false"
+        )
