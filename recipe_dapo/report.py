@@ -320,6 +320,11 @@ def draw_panel(ax, panel: Panel, runs: Sequence[Run], axis: str = "step", smooth
     ax.set_title(panel.title, fontsize=11)
     ax.set_ylabel(panel.ylabel, fontsize=9)
     ax.grid(alpha=0.3)
+    for target in (ax, right) if right is not None else (ax,):
+        low, high = target.get_ylim()
+        if high - low < 1e-6 * max(1.0, abs(low), abs(high)):  # a flat line: a readable range, not "1e-12+0.7"
+            pad = 0.05 * max(1.0, abs(high))
+            target.set_ylim(low - pad, high + pad)
     if right is not None:
         right.set_ylabel(panel.right_ylabel, fontsize=9)
     if panel.ymin is not None:
@@ -474,9 +479,9 @@ def write_report(paths: Sequence[str | Path], out: Optional[str | Path] = None, 
             run.name = f"{run.name} ({index + 1})"
     if out is None:
         out = Path(paths[0]) if Path(paths[0]).is_dir() else runs[0].path.parent
+    figure = build_figure(runs, axis=axis, smooth=smooth)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    figure = build_figure(runs, axis=axis, smooth=smooth)
     png, markdown = out / REPORT_PNG, out / REPORT_MD
     figure.savefig(png, dpi=110)
     markdown.write_text(summary_markdown(runs, REPORT_PNG, axis))
