@@ -68,7 +68,7 @@ class ReportError(Exception):
 
 
 class MissingMatplotlib(ReportError, ImportError):
-    pass
+    """matplotlib is not installed (the ``report`` extra)."""
 
 
 # ----------------------------------------------------------------------------------------------- runs
