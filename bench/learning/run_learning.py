@@ -20,7 +20,7 @@ are compared at equal generated tokens at every point, not only at the end.
 Defaults (what docs/learning/results.md shows): 48 distinct problems (``--num-facts``), 8 prompts x 8
 responses per step, 4 PPO mini-batches per step (with one, the ratio is always 1 and nothing is clipped),
 lr 1e-4 (at 1e-3 both arms first lost accuracy), responses up to 32 tokens, DAPO 60 steps. Needs matplotlib
-(``pip install matplotlib``, part of the ``test`` extra).
+(``pip install 'recipe_dapo[report]'``, part of the ``test`` extra).
 
 Run (from the repository root; about 17 minutes of training on 2 cores for one seed, plus the one-off
 warm-up; each training runs under ``nice -n 19`` in its own folder with its own local Ray):

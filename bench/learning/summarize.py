@@ -1,7 +1,8 @@
 """Read the runs of run_learning.py (verl's ``file`` logger JSONL), plot them and write the results table.
 
 Each JSONL line is ``{"step": N, "data": {metric: value}}`` (verl.utils.tracking.FileLogger); step 0 holds
-the validation before training. The curves:
+the validation before training. The curves are drawn by the run report's panels (``recipe_dapo.report``,
+``PAIRS`` picks them) against generated tokens, one colour per arm and one line style per seed:
 
     train reward    reward/acc_mean: accuracy over *every* response generated in the step, before the
                     dynamic-sampling filter (so both arms are measured on the same population)
@@ -31,11 +32,18 @@ from pathlib import Path
 
 import numpy as np
 
+from recipe_dapo import report
+from recipe_dapo.dynamic_sampling import SKIP_METRIC_PREFIX as SKIP
+from recipe_dapo.loss.dapo import CLIPFRAC, CLIPFRAC_EPS_HIGH
+
 COLOURS = {"grpo": "tab:blue", "dapo": "tab:red", "dapo_skip": "tab:green"}
 LABELS = {"grpo": "GRPO baseline", "dapo": "DAPO (recipe defaults)", "dapo_skip": "DAPO + prompt skipping"}
 BEGIN, END = "<!-- BEGIN GENERATED (bench/learning/run_learning.py) -->", "<!-- END GENERATED -->"
 VAL_PATTERNS = (re.compile(r"^val/[^/]+/mean@\d+$"), re.compile(r"^val-core/[^/]+/acc/mean@\d+$"))
-SKIP = "dynamic_sampling/skip/"
+# The panels are the run report's (recipe_dapo.report), drawn against generated tokens; validation shows mean@k only.
+VALIDATION_MEAN = report.Panel(
+    "Validation accuracy (mean@4, T=1)", "accuracy", lambda runs: report.validation_curves(runs, passes=False)
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,7 @@ class Pair:
     markdown: str
     figure: str
     title: str
-    panels: tuple[tuple[str, str], ...]
+    panels: tuple[report.Panel, ...]
 
 
 PAIRS = {
@@ -56,12 +64,12 @@ PAIRS = {
         figure="learning_curves.png",
         title="DAPO vs GRPO on synthetic one-digit arithmetic, tiny Qwen2 on CPU, equal generated-token budget",
         panels=(
-            ("reward/acc_mean", "train accuracy (all generated responses)"),
-            ("val", "validation accuracy (mean@4, T=1)"),
-            ("actor/entropy", "entropy of the trained batch (nats/token)"),
-            ("response_length/mean", "mean response length (tokens)"),
-            ("actor/pg_clipfrac", "clip fraction (all clipped tokens)"),
-            ("actor/pg_clipfrac_eps_high", "clip fraction, upper bound (A>0, ratio>1+eps_high)"),
+            report.TRAIN_ACCURACY,
+            VALIDATION_MEAN,
+            report.ENTROPY_PANEL,
+            report.RESPONSE_LENGTH_PANEL,
+            report.single("Clip fraction (all clipped tokens)", "fraction of tokens", CLIPFRAC),
+            report.single("Clip fraction, upper (A>0, ratio>1+eps_high)", "fraction of tokens", CLIPFRAC_EPS_HIGH),
         ),
     ),
     "skip": Pair(
@@ -70,12 +78,12 @@ PAIRS = {
         figure="skipping_curves.png",
         title="DAPO with and without prompt skipping, tiny Qwen2 on CPU, equal generated-token budget",
         panels=(
-            ("reward/acc_mean", "train accuracy (all generated responses)"),
-            ("val", "validation accuracy (mean@4, T=1)"),
-            ("dynamic_sampling/keep_rate", "keep rate (qualifying / generated groups)"),
-            (SKIP + "skipped_fraction", "skipped prompts (share of those taken)"),
-            ("dynamic_sampling/generated_tokens", "generated tokens per step"),
-            ("actor/entropy", "entropy of the trained batch (nats/token)"),
+            report.TRAIN_ACCURACY,
+            VALIDATION_MEAN,
+            report.single("Keep rate (qualifying / generated groups)", "keep rate", report.KEEP_RATE),
+            report.single("Skipped prompts (share of those taken)", "fraction", SKIP + "skipped_fraction"),
+            report.single("Generated tokens per step", "response tokens", report.GENERATED_TOKENS),
+            report.ENTROPY_PANEL,
         ),
     ),
 }
@@ -156,13 +164,7 @@ def load_run(path: Path, n: int, train_batch_size: int) -> Run:
                float(wall.read_text()) if wall.exists() else None)
 
 
-def moving_average(values: np.ndarray, window: int) -> np.ndarray:
-    """Trailing mean over up to ``window`` points (shorter at the start), same length as ``values``."""
-    values = np.asarray(values, dtype=float)
-    cumulative = np.concatenate([[0.0], np.cumsum(values)])
-    idx = np.arange(1, len(values) + 1)
-    lo = np.maximum(idx - window, 0)
-    return (cumulative[idx] - cumulative[lo]) / (idx - lo)
+moving_average = report.moving_average
 
 
 def final_figures(run: Run, last: int = 5) -> dict[str, float]:
@@ -198,38 +200,23 @@ def final_figures(run: Run, last: int = 5) -> dict[str, float]:
 
 
 def plot(runs: dict[tuple[str, int], Run], out: Path, smooth: int = 5, pair: Pair = PAIRS["dapo-grpo"]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = pair.panels
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    """The pair's panels with the run report's drawing: one colour per arm, one line style per seed."""
     seeds = sorted({seed for _, seed in runs})
     styles = ["-", "--", ":", "-."]
-    for ax, (key, title) in zip(axes.flat, panels):
-        for (arm, seed), run in sorted(runs.items()):
-            style = dict(color=COLOURS[arm], linestyle=styles[seeds.index(seed) % len(styles)])
-            label = f"{LABELS[arm]}, seed {seed}"
-            if key == "val":
-                steps, values = run.val_series()
-                ax.plot(run.tokens_at(steps) / 1e3, values, marker="o", label=label, **style)
-                continue
-            steps, values = run.series(key)
-            if not len(steps):
-                continue
-            x = run.tokens_at(steps) / 1e3
-            ax.plot(x, values, alpha=0.25, linewidth=0.8, color=style["color"], linestyle=style["linestyle"])
-            ax.plot(x, moving_average(values, smooth), label=label, **style)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("generated tokens (thousands)")
-        ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"{pair.title} (thin: per step, thick: trailing mean of {smooth} steps)", fontsize=11)
-    fig.tight_layout()
+    curves = [
+        report.Run(
+            name=f"{LABELS[arm]}, seed {seed}",
+            metrics=run.metrics,
+            colour=COLOURS[arm],
+            style={"linestyle": styles[seeds.index(seed) % len(styles)]},
+            tokens=dict(zip([0, *run.steps.tolist()], run.tokens_at([0, *run.steps.tolist()]).tolist())),
+        )
+        for (arm, seed), run in sorted(runs.items())
+    ]
+    title = f"{pair.title} (thin: per step, thick: trailing mean of {smooth} steps)"
+    figure = report.build_figure(curves, pair.panels, axis="tokens", smooth=smooth, title=title)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    figure.savefig(out, dpi=110)
 
 
 def results_table(runs: dict[tuple[str, int], Run]) -> str:

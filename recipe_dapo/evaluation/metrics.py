@@ -32,6 +32,7 @@ import numpy as np
 from recipe_dapo.data.answers import normalize_ground_truth
 
 VAL_PREFIX = "val"
+MEAN_AT, PASS_AT, MAJ_AT = "mean@", "pass@", "maj@"  # logged as val/<data_source>/mean@<k> (pass@<j>, maj@<k>)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -127,11 +128,12 @@ def per_source_metrics(
         in_source = np.flatnonzero(sources == source)
         groups = _group_by_problem(ids[in_source], in_source)
         k = min(len(samples) for samples in groups)
-        metrics = {f"mean@{k}": float(np.mean([mean_at_k(acc[samples]) for samples in groups]))}
+        metrics = {f"{MEAN_AT}{k}": float(np.mean([mean_at_k(acc[samples]) for samples in groups]))}
         for j in pass_k_values(k):
-            metrics[f"pass@{j}"] = float(np.mean([pass_at_k(len(s), int(correct[s].sum()), j) for s in groups]))
+            metrics[f"{PASS_AT}{j}"] = float(np.mean([pass_at_k(len(s), int(correct[s].sum()), j) for s in groups]))
         if preds is not None:
-            metrics[f"maj@{k}"] = float(np.mean([majority_vote_correct(preds[s[:k]], correct[s[:k]]) for s in groups]))
+            votes = [majority_vote_correct(preds[s[:k]], correct[s[:k]]) for s in groups]
+            metrics[f"{MAJ_AT}{k}"] = float(np.mean(votes))
         metrics["response_length_mean"] = float(lengths[in_source].mean())
         metrics["truncated_ratio"] = float(truncated[in_source].mean())
         metrics["num_problems"] = float(len(groups))

@@ -28,7 +28,17 @@ from verl.workers.config import ActorConfig
 
 from recipe_dapo.loss.clip import ClipBounds, clip_bounds  # noqa: F401  (one home for the clip rules)
 
-__all__ = ["DAPO_LOSS_MODE", "DAPO_METRIC_NAMES", "ClipBounds", "clip_bounds", "compute_policy_loss_dapo"]
+__all__ = [
+    "CLIPFRAC",
+    "CLIPFRAC_DUAL",
+    "CLIPFRAC_EPS_HIGH",
+    "CLIPFRAC_EPS_LOW",
+    "DAPO_LOSS_MODE",
+    "DAPO_METRIC_NAMES",
+    "ClipBounds",
+    "clip_bounds",
+    "compute_policy_loss_dapo",
+]
 
 DAPO_LOSS_MODE = "dapo"
 
@@ -50,11 +60,15 @@ LOG_RATIO_CLAMP = 20.0
 # the largest, over the step's mini-batches, of the per-micro-batch maximum averaged over micro-batches
 # and ranks: a smoothed maximum, never above the true one, equal to it with one micro-batch per rank.
 # A micro-batch with no clipped token reports 0 for both probability metrics.
+CLIPFRAC = "actor/pg_clipfrac"
+CLIPFRAC_EPS_HIGH = "actor/pg_clipfrac_eps_high"
+CLIPFRAC_EPS_LOW = "actor/pg_clipfrac_eps_low"
+CLIPFRAC_DUAL = "actor/pg_clipfrac_lower"  # verl's name for the dual clip's fraction
 DAPO_METRIC_NAMES = (
-    "actor/pg_clipfrac",
-    "actor/pg_clipfrac_eps_high",
-    "actor/pg_clipfrac_eps_low",
-    "actor/pg_clipfrac_lower",
+    CLIPFRAC,
+    CLIPFRAC_EPS_HIGH,
+    CLIPFRAC_EPS_LOW,
+    CLIPFRAC_DUAL,
     "actor/ppo_kl",
     "actor/clipped_high_token_prob_mean",
     "actor/clipped_high_token_prob_max",

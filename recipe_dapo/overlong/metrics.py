@@ -22,14 +22,17 @@ import numpy as np
 from recipe_dapo.overlong.truncation import TRUNCATED_COLUMN
 
 PENALTY_COLUMN = "overlong_reward"
-FILTER_METRIC_NAMES = ("overlong/filtered_ratio", "overlong/filtered_count", "overlong/filtered_token_ratio")
+TRUNCATED_RATIO = "overlong/truncated_ratio"
+FILTERED_RATIO = "overlong/filtered_ratio"
+FILTERED_TOKEN_RATIO = "overlong/filtered_token_ratio"
+FILTER_METRIC_NAMES = (FILTERED_RATIO, "overlong/filtered_count", FILTERED_TOKEN_RATIO)
 
 
 def overlong_metrics(columns: Mapping[str, Any]) -> dict[str, float]:
     """The reward-side metrics above from per-sample columns (missing columns are skipped)."""
     metrics: dict[str, float] = {}
     if TRUNCATED_COLUMN in columns and len(columns[TRUNCATED_COLUMN]):
-        metrics["overlong/truncated_ratio"] = float(np.mean(np.asarray(columns[TRUNCATED_COLUMN], dtype=np.float64)))
+        metrics[TRUNCATED_RATIO] = float(np.mean(np.asarray(columns[TRUNCATED_COLUMN], dtype=np.float64)))
     if PENALTY_COLUMN in columns and len(columns[PENALTY_COLUMN]):
         penalties = np.asarray(columns[PENALTY_COLUMN], dtype=np.float64)
         metrics["overlong/penalized_ratio"] = float(np.mean(penalties < 0))
@@ -40,7 +43,7 @@ def overlong_metrics(columns: Mapping[str, Any]) -> dict[str, float]:
 def filter_metrics(num_responses: int, num_filtered: int, tokens_before: float, tokens_after: float) -> dict[str, float]:
     """The filter-side metrics above."""
     return {
-        "overlong/filtered_ratio": num_filtered / num_responses if num_responses else 0.0,
+        FILTERED_RATIO: num_filtered / num_responses if num_responses else 0.0,
         "overlong/filtered_count": float(num_filtered),
-        "overlong/filtered_token_ratio": (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0,
+        FILTERED_TOKEN_RATIO: (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0,
     }

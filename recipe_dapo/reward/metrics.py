@@ -19,6 +19,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+ACC_MEAN = "reward/acc_mean"
+
 REWARD_EXTRA_KEYS = (
     "score", "acc", "pred", "overlong_reward", "truncated", "response_length", "verify_error", "symbolic_skipped"
 )
@@ -38,5 +40,5 @@ def reward_metrics(columns: Mapping[str, Any]) -> dict[str, float]:
     if "pred" in columns and len(columns["pred"]):
         metrics["reward/no_answer_ratio"] = float(np.mean([str(p) == "" for p in columns["pred"]]))
     if "acc" in columns and len(columns["acc"]):
-        metrics["reward/acc_mean"] = float(np.mean(np.asarray(columns["acc"], dtype=np.float64)))
+        metrics[ACC_MEAN] = float(np.mean(np.asarray(columns["acc"], dtype=np.float64)))
     return metrics

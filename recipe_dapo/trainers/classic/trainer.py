@@ -69,6 +69,11 @@ from recipe_dapo.tracking.tracker import open_tracking
 
 logger = logging.getLogger(__name__)
 
+# Metric names this trainer logs (the v1 trainer logs the same): response tokens of the trained batch, and the
+# timers verl reports as timing_s/<name>: generation (every round of a step), the step, validation (after the step).
+RESPONSE_TOKENS_METRIC = "training/response_tokens"
+GEN_TIMER, STEP_TIMER, TESTING_TIMER = "gen", "step", "testing"
+
 
 class RayDAPOTrainer(RayPPOTrainer):
     """verl's PPO trainer with DAPO's dynamic sampling, overlong filtering and training-step accounting."""
@@ -159,7 +164,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         """One optimizer step of Algorithm 1; returns the metrics it logged."""
         metrics, timing = {}, {}
         is_last_step = self.global_steps >= self.total_training_steps
-        with marked_timer("step", timing):
+        with marked_timer(STEP_TIMER, timing):
             batch = self.collect_filtered_batch(metrics, timing)
             with marked_timer("rollout_sleep", timing):
                 self.replicas.sleep()  # however many rounds ran (none, one, several): the actor needs the memory
@@ -219,7 +224,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         self._seed_rollouts(gen_batch)
         with marked_timer("wake_replicas", timing, color="red"):
             self.replicas.ready_for_generation(self.global_steps)  # a no-op unless asleep or behind the actor
-        with marked_timer("gen", timing, color="red"):
+        with marked_timer(GEN_TIMER, timing, color="red"):
             output = self.async_rollout_manager.generate_sequences(gen_batch)
         # Per-round meta_info must not travel with the rollouts: rounds (and carried-over groups from
         # earlier steps) are concatenated later, and DataProto.concat requires equal meta_info.
@@ -361,7 +366,7 @@ class RayDAPOTrainer(RayPPOTrainer):
     def maybe_validate(self, metrics: dict, timing: dict, is_last_step: bool) -> None:
         test_freq = self.config.trainer.test_freq
         if test_freq > 0 and (is_last_step or self.global_steps % test_freq == 0):
-            with marked_timer("testing", timing, color="green"):
+            with marked_timer(TESTING_TIMER, timing, color="green"):
                 self.replicas.ready_for_generation(self.global_steps)  # asleep if this step skipped its update
                 metrics.update(self._validate())
 
@@ -385,7 +390,7 @@ class RayDAPOTrainer(RayPPOTrainer):
             metrics.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm")))
             if hasattr(self.train_dataset, "on_batch_end"):
                 self.train_dataset.on_batch_end(batch=batch)
-            metrics["training/response_tokens"] = int(batch.batch["response_mask"].sum())
+            metrics[RESPONSE_TOKENS_METRIC] = int(batch.batch["response_mask"].sum())
         self.tracker.log(data=metrics, step=self.global_steps)
         if self.global_steps >= self.total_training_steps:
             self.tracker.finish()  # flush every backend; the console prints the run's summary

@@ -35,6 +35,7 @@ from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
 from recipe_dapo.tracking.tracker import open_tracking
+from recipe_dapo.trainers.classic.trainer import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
 from recipe_dapo.trainers.validation_metrics import add_problem_metrics
@@ -126,7 +127,7 @@ class _DAPOOnV1:
         """verl's metrics, plus the response tokens of the trained batch (``training/response_tokens``, as the
         classic trainer logs it; the end-of-run summary compares it with every token generated)."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
-        metrics["training/response_tokens"] = int(
+        metrics[RESPONSE_TOKENS_METRIC] = int(
             sum(int(tag.get("response_len", 0)) for tag in batch.tags if not tag.get("is_padding", False))
         )
 
