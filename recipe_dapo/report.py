@@ -14,8 +14,8 @@ The panels (:data:`PANELS`) and the metrics each reads; a panel whose metrics no
     training accuracy    reward/acc_mean (every response generated in the step, before the filter)
     validation           val/<source>/mean@k and the largest pass@j (verl's val-core/... when absent)
     keep rate, rounds    dynamic_sampling/keep_rate, dynamic_sampling/num_gen_rounds (right axis)
-    tokens per step      dynamic_sampling/generated_tokens; trained: training/response_tokens less the overlong
-                         filter's share (overlong/filtered_token_ratio), as the end-of-run console line counts it
+    tokens per step      dynamic_sampling/generated_tokens; trained: training/response_tokens (tokens that carried
+                         loss, counted after the overlong filter), as the end-of-run console line counts it
     entropy              actor/entropy
     clip fractions       actor/pg_clipfrac_eps_low, actor/pg_clipfrac_eps_high, actor/pg_clipfrac_lower (dual clip)
     response length      response_length/mean (trained batch)
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -37,28 +36,25 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from recipe_dapo.tracking.console import format_validation, number, validation_headlines
-from recipe_dapo.dynamic_sampling import METRIC_PREFIX
-from recipe_dapo.loss.dapo import CLIPFRAC_DUAL, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
-from recipe_dapo.overlong.metrics import FILTERED_RATIO, FILTERED_TOKEN_RATIO, TRUNCATED_RATIO
+from recipe_dapo.loss.clip import CLIPFRAC_DUAL, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
+from recipe_dapo.overlong.metrics import FILTERED_RATIO, TRUNCATED_RATIO
 from recipe_dapo.reward.metrics import ACC_MEAN
 from recipe_dapo.tracking.run_log import SUPERSEDED_SUFFIX, read_metrics
 
-with warnings.catch_warnings():  # importing the trainer, verl warns of each optional engine it lacks (known noise)
-    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
-    from recipe_dapo.trainers.classic.trainer import GEN_TIMER, RESPONSE_TOKENS_METRIC, STEP_TIMER, TESTING_TIMER
+from recipe_dapo.dynamic_sampling.sampler import GENERATED_TOKENS, KEEP_RATE, NUM_GEN_ROUNDS
+from recipe_dapo.trainers.step_metrics import (
+    ENTROPY,
+    GEN_TIME,
+    RESPONSE_LENGTH_MEAN,
+    RESPONSE_TOKENS_METRIC,
+    STEP_TIME,
+    VALIDATION_TIME,
+)
 
 REPORT_PNG, REPORT_MD = "run_report.png", "run_report.md"
 INSTALL_HINT = "the run report needs matplotlib: pip install 'recipe_dapo[report]'"
 
-# verl's names (verl.trainer.ppo.metric_utils and its actor; verl has no constants for them).
-ENTROPY = "actor/entropy"
-RESPONSE_LENGTH = "response_length/mean"
-TIMING_PREFIX = "timing_s/"
-STEP_TIME, GEN_TIME, VALIDATION_TIME = (TIMING_PREFIX + name for name in (STEP_TIMER, GEN_TIMER, TESTING_TIMER))
-# The sampler's names (recipe_dapo.dynamic_sampling.sampler, under its METRIC_PREFIX).
-KEEP_RATE = METRIC_PREFIX + "keep_rate"
-GEN_ROUNDS = METRIC_PREFIX + "num_gen_rounds"
-GENERATED_TOKENS = METRIC_PREFIX + "generated_tokens"
+RESPONSE_LENGTH, GEN_ROUNDS = RESPONSE_LENGTH_MEAN, NUM_GEN_ROUNDS
 
 Reader = Callable[[Mapping[str, Any]], Optional[float]]
 
@@ -80,11 +76,8 @@ def metric(key: str) -> Reader:
 
 
 def trained_tokens(metrics: Mapping[str, Any]) -> Optional[float]:
-    """Response tokens that carried loss: the trained batch's, less the overlong filter's share."""
-    tokens = number(metrics.get(RESPONSE_TOKENS_METRIC))
-    if tokens is None:
-        return None
-    return tokens * (1.0 - (number(metrics.get(FILTERED_TOKEN_RATIO)) or 0.0))
+    """Response tokens that carried loss (the trainers count them after the overlong filter)."""
+    return number(metrics.get(RESPONSE_TOKENS_METRIC))
 
 
 def time_besides_generation(metrics: Mapping[str, Any]) -> Optional[float]:

@@ -16,21 +16,47 @@ from recipe_dapo.tracking.console import format_step_line, format_validation, va
 from recipe_dapo.tracking.tracker import DAPOTracking
 
 
+def producer_metrics() -> dict:
+    """What the recipe's producers really emit for one step: the dapo loss (one token clipped low, one high), a
+    sampler step (two rounds, keep 5/8), the reward metrics of the scored responses. A rename in a producer
+    changes these keys, and the console tests below fail."""
+    import torch
+    from test_dapo_loss_on_cpu import actor_config, loss_inputs
+    from test_dynamic_sampling_on_cpu import ALL_RIGHT, ALL_WRONG, MIXED, make_config, run_step
+
+    from recipe_dapo.dynamic_sampling import DATAPROTO_OPS, DynamicSampler
+    from recipe_dapo.loss.dapo import compute_policy_loss_dapo
+    from recipe_dapo.reward.metrics import reward_metrics
+
+    inputs = loss_inputs([1.0, 1.5, 0.5, 1.0], [1.0, 1.0, -1.0, -1.0], [True] * 4)
+    _, loss_metrics = compute_policy_loss_dapo(**inputs, loss_agg_mode="token-mean", config=actor_config())
+    sampler = DynamicSampler(make_config(train_batch_size=4), DATAPROTO_OPS)
+    rounds = [{"a": MIXED, "b": ALL_RIGHT, "c": ALL_WRONG, "d": MIXED}, {"e": MIXED, "f": MIXED, "g": MIXED, "h": ALL_RIGHT}]
+    _, sampler_metrics = run_step(sampler, 1, rounds, tokens=[1000, 2000])
+    scored = {"acc": np.array([True] * 7 + [False] * 9), "score": np.array([1.0] * 7 + [-1.0] * 9)}
+    for key in ("pred", "verify_error"):
+        scored[key] = np.array([""] * 16, dtype=object)
+    metrics = {**loss_metrics, **sampler_metrics, **reward_metrics(scored)}
+    return {key: np.float64(value.item() if isinstance(value, torch.Tensor) else value) for key, value in metrics.items()}
+
+
+PRODUCED = None
+
+
 def step_metrics(step: int) -> dict:
+    global PRODUCED
+    if PRODUCED is None:
+        PRODUCED = producer_metrics()
     metrics = {f"perf/extra_{i}": np.float64(i / 7) for i in range(180)}  # what verl adds besides
+    metrics.update(PRODUCED)
     metrics.update(
-        {
+        {  # verl's own names (its metric_utils)
             "training/global_step": step,
-            "reward/acc_mean": np.float64(0.4375),
-            "dynamic_sampling/keep_rate": np.float64(0.5),
-            "dynamic_sampling/num_gen_rounds": np.float64(2.0),
-            "dynamic_sampling/generated_tokens": np.float64(3000.0),
-            "actor/pg_clipfrac_low": np.float64(0.00123),
-            "actor/pg_clipfrac_high": np.float64(0.015),
             "response_length/mean": np.float64(27.25),
             "response_length/clip_ratio": np.float64(0.1),
             "timing_s/step": np.float64(41.23),
-            "training/response_tokens": 1000,
+            # tokens that carried loss (the trainers count them after the overlong filter), and that filter's share
+            "training/response_tokens": 750,
             "overlong/filtered_token_ratio": np.float64(0.25),
         }
     )
@@ -52,7 +78,7 @@ def validation_metrics(mean: float) -> dict:
 def test_step_line_is_short_and_has_the_named_fields():
     line = format_step_line(3, 40, step_metrics(3))
     assert line == (
-        "step 3/40 | acc 0.438 | keep 0.50 in 2 rounds | clip low 0.0012 high 0.0150 | len 27.2 (10.0% cut) | 41.2 s"
+        "step 3/40 | acc 0.438 | keep 0.62 in 2 rounds | clip low 0.2500 high 0.2500 | len 27.2 (10.0% cut) | 41.2 s"
     )
 
 
@@ -114,7 +140,8 @@ def test_console_prints_one_short_line_per_step_and_validation_and_a_summary(run
     assert "validation, best mean: synthetic_arithmetic 0.300 (step 2)" in summary
     assert f"checkpoint: {run_dir / 'checkpoints' / 'global_step_4'}" in summary
     assert f"metrics file: {tracking.logger['file'].filepath}" in summary
-    # 4 x 3000 generated; 4 x 1000 in the trained batches, of which the overlong filter masked 25%.
+    # 4 x 3000 generated (the sampler's two rounds); 4 x 750 carried loss, counted once (not less the filter's share
+    # again: the trainers count after the overlong filter).
     assert "tokens: 12.00k generated, 3.00k trained (25%)" in summary
 
 

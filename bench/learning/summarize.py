@@ -34,7 +34,7 @@ import numpy as np
 
 from recipe_dapo import report
 from recipe_dapo.dynamic_sampling import SKIP_METRIC_PREFIX as SKIP
-from recipe_dapo.loss.dapo import CLIPFRAC, CLIPFRAC_EPS_HIGH
+from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH
 
 COLOURS = {"grpo": "tab:blue", "dapo": "tab:red", "dapo_skip": "tab:green"}
 LABELS = {"grpo": "GRPO baseline", "dapo": "DAPO (recipe defaults)", "dapo_skip": "DAPO + prompt skipping"}

@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 METRIC_PREFIX = "dynamic_sampling/"
 SKIP_METRIC_PREFIX = METRIC_PREFIX + "skip/"
+# The step metrics the console and the run report read (every one is in ``_step_metrics``; a test checks it).
+KEEP_RATE, NUM_GEN_ROUNDS, GENERATED_TOKENS = (METRIC_PREFIX + name for name in ("keep_rate", "num_gen_rounds",
+                                                                                "generated_tokens"))
 STATE_VERSION = 2
 READABLE_STATE_VERSIONS = (1, 2)  # version 1: before prompt skipping (no skipper state)
 

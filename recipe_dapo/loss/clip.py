@@ -13,6 +13,12 @@ from typing import Any
 
 ACTOR = "actor_rollout_ref.actor"
 
+# The clip fractions the dapo loss logs (``recipe_dapo.loss.dapo``); the console and the run report import them.
+CLIPFRAC = "actor/pg_clipfrac"
+CLIPFRAC_EPS_HIGH = "actor/pg_clipfrac_eps_high"
+CLIPFRAC_EPS_LOW = "actor/pg_clipfrac_eps_low"
+CLIPFRAC_DUAL = "actor/pg_clipfrac_lower"  # verl's name for the dual clip's fraction
+
 
 @dataclass(frozen=True)
 class ClipBounds:

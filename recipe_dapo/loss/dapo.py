@@ -26,7 +26,14 @@ from omegaconf import DictConfig
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 from verl.workers.config import ActorConfig
 
-from recipe_dapo.loss.clip import ClipBounds, clip_bounds  # noqa: F401  (one home for the clip rules)
+from recipe_dapo.loss.clip import (  # noqa: F401  (one home for the clip rules and the clip fractions' names)
+    CLIPFRAC,
+    CLIPFRAC_DUAL,
+    CLIPFRAC_EPS_HIGH,
+    CLIPFRAC_EPS_LOW,
+    ClipBounds,
+    clip_bounds,
+)
 
 __all__ = [
     "CLIPFRAC",
@@ -60,10 +67,6 @@ LOG_RATIO_CLAMP = 20.0
 # the largest, over the step's mini-batches, of the per-micro-batch maximum averaged over micro-batches
 # and ranks: a smoothed maximum, never above the true one, equal to it with one micro-batch per rank.
 # A micro-batch with no clipped token reports 0 for both probability metrics.
-CLIPFRAC = "actor/pg_clipfrac"
-CLIPFRAC_EPS_HIGH = "actor/pg_clipfrac_eps_high"
-CLIPFRAC_EPS_LOW = "actor/pg_clipfrac_eps_low"
-CLIPFRAC_DUAL = "actor/pg_clipfrac_lower"  # verl's name for the dual clip's fraction
 DAPO_METRIC_NAMES = (
     CLIPFRAC,
     CLIPFRAC_EPS_HIGH,

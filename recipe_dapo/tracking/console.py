@@ -17,14 +17,14 @@ The fields, from the step's metrics (a field whose metric is missing is left out
 
 - ``acc``: ``reward/acc_mean``, accuracy of every response generated in the step, before filtering;
 - ``keep ... in N rounds``: ``dynamic_sampling/keep_rate`` and ``num_gen_rounds``;
-- ``clip low / high``: ``actor/pg_clipfrac_low`` / ``actor/pg_clipfrac_high`` (the dapo loss);
+- ``clip low / high``: ``actor/pg_clipfrac_eps_low`` / ``actor/pg_clipfrac_eps_high`` (the dapo loss);
 - ``len``: ``response_length/mean`` of the trained batch and ``response_length/clip_ratio`` (cut at the limit);
 - ``s``: ``timing_s/step``.
 
 Validation lines show, per data source, ``val/<source>/mean@k`` and the largest ``pass@j`` (the recipe's
 per-problem metrics); without them (a reward manager with no ``acc``), verl's ``val-core`` means.
 Tokens: ``dynamic_sampling/generated_tokens`` (every response token generated, kept or filtered) against
-``training/response_tokens`` less the overlong filter's share (tokens that carried loss). Lines go through
+``training/response_tokens`` (tokens that carried loss: the trainers count them after the overlong filter). Lines go through
 ``logging`` (logger ``recipe_dapo.tracking.console``), which prints them on stdout with no prefix.
 """
 
@@ -38,6 +38,16 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
+
+from recipe_dapo.dynamic_sampling.sampler import GENERATED_TOKENS, KEEP_RATE, NUM_GEN_ROUNDS
+from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
+from recipe_dapo.reward.metrics import ACC_MEAN
+from recipe_dapo.trainers.step_metrics import (
+    RESPONSE_LENGTH_CLIP_RATIO,
+    RESPONSE_LENGTH_MEAN,
+    RESPONSE_TOKENS_METRIC,
+    STEP_TIME,
+)
 
 LOGGER_NAME = "recipe_dapo.tracking.console"
 logger = logging.getLogger(LOGGER_NAME)
@@ -61,22 +71,22 @@ def format_step_line(step: int, total_steps: Optional[int], metrics: Mapping[str
     """The one line of a training step (fields in the module docstring)."""
     get = lambda key: number(metrics.get(key))  # noqa: E731
     parts = [f"step {step}/{total_steps}" if total_steps else f"step {step}"]
-    if get("reward/acc_mean") is not None:
-        parts.append(f"acc {_fmt(get('reward/acc_mean'))}")
-    keep, rounds = get("dynamic_sampling/keep_rate"), get("dynamic_sampling/num_gen_rounds")
+    if get(ACC_MEAN) is not None:
+        parts.append(f"acc {_fmt(get(ACC_MEAN))}")
+    keep, rounds = get(KEEP_RATE), get(NUM_GEN_ROUNDS)
     if keep is not None:
         plural = "" if rounds == 1 else "s"
         parts.append(f"keep {_fmt(keep, 2)}" + (f" in {int(rounds)} round{plural}" if rounds is not None else ""))
-    low, high = get("actor/pg_clipfrac_low"), get("actor/pg_clipfrac_high")
+    low, high = get(CLIPFRAC_EPS_LOW), get(CLIPFRAC_EPS_HIGH)
     if low is not None or high is not None:
         parts.append(f"clip low {_fmt(low, 4)} high {_fmt(high, 4)}")
-    elif get("actor/pg_clipfrac") is not None:
-        parts.append(f"clip {_fmt(get('actor/pg_clipfrac'), 4)}")
-    length, cut = get("response_length/mean"), get("response_length/clip_ratio")
+    elif get(CLIPFRAC) is not None:
+        parts.append(f"clip {_fmt(get(CLIPFRAC), 4)}")
+    length, cut = get(RESPONSE_LENGTH_MEAN), get(RESPONSE_LENGTH_CLIP_RATIO)
     if length is not None:
         parts.append(f"len {length:.1f}" + (f" ({100 * cut:.1f}% cut)" if cut is not None else ""))
-    if get("timing_s/step") is not None:
-        parts.append(f"{get('timing_s/step'):.1f} s")
+    if get(STEP_TIME) is not None:
+        parts.append(f"{get(STEP_TIME):.1f} s")
     return " | ".join(parts)
 
 
@@ -178,11 +188,8 @@ class RunConsole:
         if any(key.startswith(("training/", "actor/", "dynamic_sampling/")) for key in data):
             self.steps.append(step)
             logger.info(format_step_line(step, self.total_steps, data))
-            generated = number(data.get("dynamic_sampling/generated_tokens"))
-            self.generated_tokens += generated or 0.0
-            trained = number(data.get("training/response_tokens"))
-            if trained is not None:
-                self.trained_tokens += trained * (1.0 - (number(data.get("overlong/filtered_token_ratio")) or 0.0))
+            self.generated_tokens += number(data.get(GENERATED_TOKENS)) or 0.0
+            self.trained_tokens += number(data.get(RESPONSE_TOKENS_METRIC)) or 0.0  # counted after the overlong filter
         headlines = validation_headlines(data)
         if headlines:
             self.validations.append((step, headlines))

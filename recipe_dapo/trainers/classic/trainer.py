@@ -58,21 +58,23 @@ from recipe_dapo.trainers.validation_metrics import (
     equal_samples_per_problem,
     with_problem_uids,
 )
-from recipe_dapo.overlong import apply_overlong_filter, overlong_metrics
+from recipe_dapo.overlong import apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
-from recipe_dapo.reward.metrics import reward_metrics
 from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
 from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
+from recipe_dapo.trainers.step_metrics import (
+    GEN_TIMER,
+    RESPONSE_TOKENS_METRIC,
+    STEP_TIMER,
+    TESTING_TIMER,
+    scored_round_metrics,
+)
 from recipe_dapo.tracking.tracker import open_tracking
 
 logger = logging.getLogger(__name__)
 
-# Metric names this trainer logs (the v1 trainer logs the same): response tokens of the trained batch, and the
-# timers verl reports as timing_s/<name>: generation (every round of a step), the step, validation (after the step).
-RESPONSE_TOKENS_METRIC = "training/response_tokens"
-GEN_TIMER, STEP_TIMER, TESTING_TIMER = "gen", "step", "testing"
 
 
 class RayDAPOTrainer(RayPPOTrainer):
@@ -193,8 +195,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         )
         metrics.update(collected.metrics)
         if collected.rounds:  # reward metrics describe everything scored this step, before filtering
-            metrics.update(reward_metrics(collected.scored_columns))
-            metrics.update(overlong_metrics(collected.scored_columns))
+            metrics.update(scored_round_metrics(collected.scored_columns))
         return collected.batch
 
     def _groups_multiple(self) -> int:
@@ -390,7 +391,7 @@ class RayDAPOTrainer(RayPPOTrainer):
             metrics.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm")))
             if hasattr(self.train_dataset, "on_batch_end"):
                 self.train_dataset.on_batch_end(batch=batch)
-            metrics[RESPONSE_TOKENS_METRIC] = int(batch.batch["response_mask"].sum())
+            metrics[RESPONSE_TOKENS_METRIC] = int(batch.batch["response_mask"].sum())  # after the overlong filter
         self.tracker.log(data=metrics, step=self.global_steps)
         if self.global_steps >= self.total_training_steps:
             self.tracker.finish()  # flush every backend; the console prints the run's summary

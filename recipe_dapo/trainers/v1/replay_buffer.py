@@ -41,9 +41,8 @@ from recipe_dapo.dynamic_sampling import (
     trajectory_metric,
 )
 from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
-from recipe_dapo.overlong import overlong_metrics
+from recipe_dapo.trainers.step_metrics import scored_round_metrics
 from recipe_dapo.trainers.table import V1_TRAINER_MODES, v1_entry
-from recipe_dapo.reward.metrics import reward_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -247,8 +246,7 @@ class DAPOReplayBuffer(ReplayBuffer):
         if not self.drain:
             metrics[METRIC_PREFIX + "off_policy_dropped_groups"] = float(self.groups.off_policy_groups)
         if collected.scored_columns:
-            metrics.update(reward_metrics(collected.scored_columns))
-            metrics.update(overlong_metrics(collected.scored_columns))
+            metrics.update(scored_round_metrics(collected.scored_columns))
         if collected.batch is None or len(collected.batch) == 0:
             raise DynamicSamplingExhausted(
                 f"step {global_steps}: no group qualified within algorithm.filter_groups.max_num_gen_batches="

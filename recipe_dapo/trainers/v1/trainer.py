@@ -35,7 +35,7 @@ from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
 from recipe_dapo.tracking.tracker import open_tracking
-from recipe_dapo.trainers.classic.trainer import RESPONSE_TOKENS_METRIC
+from recipe_dapo.trainers.step_metrics import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
 from recipe_dapo.trainers.validation_metrics import add_problem_metrics
@@ -75,6 +75,7 @@ class _DAPOOnV1:
         )
         masks, filter_metrics = self._overlong_masks(original)
         metrics.update(filter_metrics)
+        metrics[RESPONSE_TOKENS_METRIC] = int(masks.values().sum())  # tokens that carry loss (step_metrics)
         tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                         fields=TensorDict({"response_mask": masks, "loss_mask": masks}, batch_size=len(batch.keys)))
         try:
@@ -124,12 +125,13 @@ class _DAPOOnV1:
             verl_trainer_base.Tracking, verl_trainer_base.pprint = verl_tracking, verl_pprint
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        """verl's metrics, plus the response tokens of the trained batch (``training/response_tokens``, as the
-        classic trainer logs it; the end-of-run summary compares it with every token generated)."""
+        """verl's metrics, plus the response tokens that carried loss (``step_metrics.RESPONSE_TOKENS_METRIC``: counted
+        by ``_update_actor`` after the overlong filter; without the filter, every trained response's tokens)."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
-        metrics[RESPONSE_TOKENS_METRIC] = int(
-            sum(int(tag.get("response_len", 0)) for tag in batch.tags if not tag.get("is_padding", False))
-        )
+        if RESPONSE_TOKENS_METRIC not in metrics:
+            metrics[RESPONSE_TOKENS_METRIC] = int(
+                sum(int(tag.get("response_len", 0)) for tag in batch.tags if not tag.get("is_padding", False))
+            )
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns,
                             expected_acc_counts=None):
