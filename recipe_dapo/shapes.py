@@ -295,7 +295,7 @@ def _rule_agent_workers(s: Shape):
 
 
 def _rule_train_vs_mini(s: Shape):
-    if s.mini < 1 or s.mini > s.train:
+    if s.mini < 1 or (s.mini > s.train and not (s.use_v1 and s.dynamic)):  # v1 pads; ActorConfig.validate (fixed)
         return (f"{KEYS['mini']}={s.mini} is larger than {KEYS['train']}={s.train} (both in prompts): "
                 "a step cannot fill one update")
     if not s.use_v1 and s.train % s.mini:
