@@ -1,4 +1,4 @@
-"""recipe_dapo.shapes accepts exactly the cluster / batch shapes verl 0.9.1's own code runs.
+"""recipe_dapo.preflight.shapes accepts exactly the cluster / batch shapes verl 0.9.1's own code runs.
 
 The oracle runs verl's real batch functions on stand-in TensorDicts of the right sizes (a few tokens per row), per
 rank, in the order the classic trainer and ``engine_workers.ActorRolloutRefWorker`` call them:
@@ -26,7 +26,7 @@ import torch
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from recipe_dapo.shapes import shape_problems
+from recipe_dapo.preflight.shapes import shape_problems
 
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import _split_args_kwargs_data_proto

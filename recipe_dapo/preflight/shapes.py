@@ -38,9 +38,11 @@ import json
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Optional
+from typing import Callable, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from recipe_dapo.preflight.base import select as _select
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -121,10 +123,6 @@ class Shape:
     @property
     def infer_world(self) -> int:
         return self.tp * self.rollout_dp * self.rollout_pp
-
-
-def _select(config, key, default=None):
-    return OmegaConf.select(config, key, default=default)
 
 
 def _int_or_none(value) -> Optional[int]:
