@@ -193,6 +193,8 @@ def test_template_is_applied_once_and_never_doubled():
         ("1{,}000", "1000"),
         ("12\\,345", "12345"),
         ("1,5", "1,5"),  # not a group of three digits: a pair, left alone
+        ("0,111", "0,111"),  # a decimal comma or a list, not 111 (the verifier's rule too)
+        ("0{,}111", "0{,}111"),
         (" $42$ ", "42"),
         ("\\boxed{17}", "17"),
         ("\\boxed{1}+\\boxed{2}", "\\boxed{1}+\\boxed{2}"),  # the box does not wrap the whole answer
@@ -207,6 +209,16 @@ def test_template_is_applied_once_and_never_doubled():
 )
 def test_ground_truths_are_normalised_to_one_spelling(raw, expected):
     assert normalize_ground_truth(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw", ["025", "-007", "+3", "-0", "1,319", "-1,319.5", "1,000,000", "0,111", "1,5", "12,3456", "1{,}319"]
+)
+def test_the_verifier_spells_integers_and_grouped_numbers_as_the_converters_do(raw):
+    # issue 24: one implementation of these rules (recipe_dapo.data.answers), used by both
+    from recipe_dapo.reward import normalize_answer
+
+    assert normalize_answer(raw) == normalize_ground_truth(raw)
 
 
 @needs_shared
