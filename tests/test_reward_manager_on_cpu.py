@@ -436,6 +436,8 @@ HANGING_REWARD = """
         if "hang" in solution_str:
             while not os.path.exists({release!r}):  # "forever": until the test ends
                 time.sleep(0.05)
+        if "exit" in solution_str:
+            raise SystemExit(3)
         if "nan" in solution_str:
             return math.nan
         if "inf" in solution_str:
@@ -494,13 +496,16 @@ def test_non_finite_scores_count_as_failures_scored_minus_one(tokenizer, base_co
         (response_ids(tokenizer, "got nan", 10, True), "7"),
         (response_ids(tokenizer, "got inf", 10, True), "7"),
         (response_ids(tokenizer, "Answer: 8", 10, True), "7"),
+        (response_ids(tokenizer, "exit", 10, True), "7"),  # sys.exit() in a user function ends one sample, not the worker
     ]
     with caplog.at_level("WARNING", logger="recipe_dapo.reward.manager"):
         info, _ = score_within(config, padded_batch(tokenizer, rows), limit_s=20.0)
-    assert info["score"].tolist() == [0.5, -1.0, -1.0, -0.25]
-    assert info["reward_score"].tolist() == [0.5, -1.0, -1.0, -0.25]
-    assert info["acc"].tolist() == [True, False, False, False]  # the dict's acc=True does not survive an inf score
-    assert info["verify_error"].tolist() == ["", "non-finite score (nan)", "non-finite score (-inf)", ""]
+    assert info["score"].tolist() == [0.5, -1.0, -1.0, -0.25, -1.0]
+    assert info["reward_score"].tolist() == [0.5, -1.0, -1.0, -0.25, -1.0]
+    assert info["acc"].tolist() == [True, False, False, False, False]  # the dict's acc=True does not survive -inf
+    assert info["verify_error"].tolist() == [
+        "", "non-finite score (nan)", "non-finite score (-inf)", "", "RuntimeError: custom compute_score raised SystemExit: 3"
+    ]
     logged = [r.getMessage() for r in caplog.records if "non-finite score" in r.getMessage()]
     assert len(logged) == 2 and "math_dapo" in logged[0] and "got nan" in logged[0]
 

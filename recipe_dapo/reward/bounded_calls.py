@@ -85,8 +85,10 @@ class BoundedCaller:
             def run() -> None:
                 try:
                     outcome = (function(*args, **kwargs), None)
-                except BaseException as error:  # noqa: BLE001 - handed to the caller, whatever it is
+                except Exception as error:  # handed to the caller
                     outcome = (None, error)
+                except BaseException as error:  # noqa: BLE001 - sys.exit() in a user function must not end the worker
+                    outcome = (None, RuntimeError(f"{self.name} raised {type(error).__name__}: {error}"))
                 with self._lock:
                     state.done = True
                     if state.abandoned:
