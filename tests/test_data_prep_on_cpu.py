@@ -193,6 +193,8 @@ def test_template_is_applied_once_and_never_doubled():
         ("1{,}000", "1000"),
         ("12\\,345", "12345"),
         ("1,5", "1,5"),  # not a group of three digits: a pair, left alone
+        ("0,111", "0,111"),  # a decimal comma or a list, not 111 (the verifier's rule too)
+        ("0{,}111", "0{,}111"),
         (" $42$ ", "42"),
         ("\\boxed{17}", "17"),
         ("\\boxed{1}+\\boxed{2}", "\\boxed{1}+\\boxed{2}"),  # the box does not wrap the whole answer
@@ -207,6 +209,16 @@ def test_template_is_applied_once_and_never_doubled():
 )
 def test_ground_truths_are_normalised_to_one_spelling(raw, expected):
     assert normalize_ground_truth(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw", ["025", "-007", "+3", "-0", "1,319", "-1,319.5", "1,000,000", "0,111", "1,5", "12,3456", "1{,}319"]
+)
+def test_the_verifier_spells_integers_and_grouped_numbers_as_the_converters_do(raw):
+    # issue 24: one implementation of these rules (recipe_dapo.data.answers), used by both
+    from recipe_dapo.reward import normalize_answer
+
+    assert normalize_answer(raw) == normalize_ground_truth(raw)
 
 
 @needs_shared
@@ -268,8 +280,26 @@ def test_missing_column_names_the_file_and_the_column(tmp_path):
         (lambda r: r["reward_model"].update(ground_truth=None), "reward_model.ground_truth", "ground truth is missing"),
         (lambda r: r["reward_model"].update(ground_truth=" "), "reward_model.ground_truth", "ground truth is empty"),
         (lambda r: r.update(data_source=""), "data_source", "non-empty string"),
+        # issue 26 item 7: a missing answer written as text, and prompts verl's chat template misreads
+        (lambda r: r["reward_model"].update(ground_truth="nan"), "reward_model.ground_truth", "'nan' (a missing value"),
+        (lambda r: r["reward_model"].update(ground_truth=" None "), "reward_model.ground_truth", "' None ' (a missing"),
+        (lambda r: r["reward_model"].update(ground_truth="NULL"), "reward_model.ground_truth", "'NULL' (a missing"),
+        (lambda r: r["reward_model"].update(ground_truth="NaN"), "reward_model.ground_truth", "'NaN' (a missing"),
+        (
+            lambda r: r.update(prompt=[{"role": "system", "content": "Be brief."}, {"role": "bot", "content": "1+1?"}]),
+            "prompt[1].role",
+            "role 'bot' is not one of system, user, assistant, tool",
+        ),
+        (
+            lambda r: r.update(prompt=[{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]),
+            "prompt[1].role",
+            "the last message is the 'assistant' one, not the 'user' one",
+        ),
     ],
-    ids=["blank-content", "no-messages", "missing-ground-truth", "empty-ground-truth", "empty-data-source"],
+    ids=[
+        "blank-content", "no-messages", "missing-ground-truth", "empty-ground-truth", "empty-data-source",
+        "nan-text", "none-text", "null-text", "NaN-text", "unknown-role", "last-message-not-user",
+    ],
 )
 def test_bad_row_names_the_file_the_row_and_the_field(tmp_path, break_row, field, problem):
     records = [good_rl_record("a?"), good_rl_record("b?"), good_rl_record("c?")]
@@ -284,6 +314,35 @@ def test_bad_row_names_the_file_the_row_and_the_field(tmp_path, break_row, field
     assert str(path) in message and "row 2" in message and f"'{field}'" in message and problem in message
 
 
+def test_a_nan_number_ground_truth_is_refused_with_its_row(tmp_path):
+    records = [good_rl_record("a?"), good_rl_record("b?"), good_rl_record("c?")]
+    for record, answer in zip(records, (2.0, float("nan"), 3.0)):
+        record["reward_model"]["ground_truth"] = answer  # a float NaN kept as a value, not turned into a null
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "nan.parquet"
+    pq.write_table(pa.Table.from_pylist(records), path)
+
+    with pytest.raises(RLDataError) as caught:
+        validate_rl_parquet(path)
+
+    assert (caught.value.row, caught.value.field) == (1, "reward_model.ground_truth")
+    assert str(path) in str(caught.value) and "ground truth is NaN" in str(caught.value)
+
+
+def test_multi_turn_prompts_with_known_roles_ending_with_the_user_pass(tmp_path):
+    record = good_rl_record()
+    record["prompt"] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "tool", "content": "ok"},
+        {"role": "user", "content": "and 2+2?"},
+    ]
+    assert validate_rl_parquet(write_parquet(tmp_path / "chat.parquet", [record])) == 1
+
+
 def write_jsonl(path: Path, records: list[dict]) -> Path:
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
     return path
@@ -295,8 +354,10 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
         ({"problem": "x?"}, "answer", "ground truth is missing"),
         ({"problem": "x?", "answer": ""}, "answer", "ground truth is empty"),
         ({"problem": "", "answer": "3"}, "problem", "prompt is empty"),
+        ({"problem": "x?", "answer": "None"}, "answer", "ground truth is 'None' (a missing value written as text)"),
+        ({"problem": "x?", "answer": float("nan")}, "answer", "ground truth is NaN"),
     ],
-    ids=["missing-answer", "empty-answer", "empty-problem"],
+    ids=["missing-answer", "empty-answer", "empty-problem", "none-text-answer", "nan-answer"],
 )
 def test_bad_jsonl_row_is_refused_by_the_converter_with_its_row_and_field(tmp_path, bad_record, field, problem):
     path = write_jsonl(tmp_path / "math.jsonl", [{"problem": "1+1?", "answer": "2"}, bad_record])

@@ -408,3 +408,162 @@ def test_custom_function_time_outs_and_exceptions_are_logged_at_a_bounded_rate(
     assert [r.exc_info is not None for r in failures] == [True, True, True, False]
     assert "more since the last report (4 in all)" in failures[-1].getMessage()
     assert manager_module._reward_failures.count == 12
+
+
+def score_within(config, batch: DataProto, limit_s: float, worker=None) -> tuple[dict, float]:
+    """``score_like_verl``'s columns, or a test failure (not a hang) when scoring takes over ``limit_s``."""
+    import time
+
+    worker = worker or RewardLoopWorker(config)
+    start = time.monotonic()
+    try:
+        outputs = get_event_loop().run_until_complete(
+            asyncio.wait_for(worker.compute_score_batch(batch), timeout=limit_s)
+        )
+    except asyncio.TimeoutError:
+        pytest.fail(f"scoring did not finish within {limit_s} s: the run would stall")
+    elapsed = time.monotonic() - start
+    infos = [o["reward_extra_info"] for o in outputs]
+    columns = {key: np.array([info[key] for info in infos]) for key in infos[0]}
+    columns["reward_score"] = np.array([o["reward_score"] for o in outputs])
+    return columns, elapsed
+
+
+HANGING_REWARD = """
+    import math, os, time
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        if "hang" in solution_str:
+            while not os.path.exists({release!r}):  # "forever": until the test ends
+                time.sleep(0.05)
+        if "exit" in solution_str:
+            raise SystemExit(3)
+        if "nan" in solution_str:
+            return math.nan
+        if "inf" in solution_str:
+            return {{"score": -math.inf, "acc": True, "pred": "x"}}
+        return 0.5 if solution_str.strip().endswith(str(ground_truth)) else -0.25
+"""
+
+
+def test_custom_functions_that_hang_never_starve_decoding_and_every_sample_is_scored(tokenizer, base_config, tmp_path):
+    # issue 26 item 1: a timed-out call used to keep its thread in the event loop's default executor; with more
+    # hanging samples than that executor has threads, the good samples queued behind them timed out too, and the
+    # next step's decoding waited behind them for good: the run stalled.
+    release = tmp_path / "release"
+    module = tmp_path / "hanging_reward.py"
+    module.write_text(textwrap.dedent(HANGING_REWARD.format(release=str(release))))
+    config = with_overrides(
+        base_config,
+        reward__custom_reward_function__path=str(module),
+        reward__reward_kwargs__custom_score_timeout_s=0.3,
+        reward__reward_kwargs__overlong_buffer_cfg__enable=False,
+    )
+    default_executor_threads = min(32, (os.cpu_count() or 1) + 4)
+    hanging = default_executor_threads + 3
+    rows = [(response_ids(tokenizer, f"hang {i}", 10, True), "1") for i in range(hanging)]
+    rows += [(response_ids(tokenizer, "Answer: 7", 10, True), "7"), (response_ids(tokenizer, "Answer: 8", 10, True), "7")]
+    worker = RewardLoopWorker(config)  # one reward-loop worker, two steps
+    try:
+        info, elapsed = score_within(config, padded_batch(tokenizer, rows), limit_s=20.0, worker=worker)
+        next_step, _ = score_within(config, padded_batch(tokenizer, rows[-2:]), limit_s=10.0, worker=worker)
+    finally:
+        release.write_text("")  # lets the abandoned threads end
+    assert info["score"].tolist() == [-1.0] * hanging + [0.5, -0.25]
+    assert info["reward_score"].tolist() == [-1.0] * hanging + [0.5, -0.25]
+    assert all(e == "time-out: custom compute_score still running after 0.3 s" for e in info["verify_error"][:hanging])
+    assert info["verify_error"][hanging:].tolist() == ["", ""]
+    assert reward_metrics(info)["reward/verify_timeout_ratio"] == hanging / len(rows)
+    # each hanging call costs its time-out: two rounds of them here, far below the 20 s limit
+    assert elapsed < 0.3 * 2 + 5.0
+    assert next_step["score"].tolist() == [0.5, -0.25]
+
+
+def test_non_finite_scores_count_as_failures_scored_minus_one(tokenizer, base_config, tmp_path, caplog):
+    # issue 26 item 3: a NaN reward reached the advantages and poisoned the whole batch silently
+    from recipe_dapo.reward import manager as manager_module
+
+    manager_module._non_finite_scores.count = 0  # the first few are logged in detail
+    module = tmp_path / "nan_reward.py"
+    module.write_text(textwrap.dedent(HANGING_REWARD.format(release=str(tmp_path / "unused"))))
+    config = with_overrides(
+        base_config,
+        reward__custom_reward_function__path=str(module),
+        reward__reward_kwargs__overlong_buffer_cfg__enable=False,
+    )
+    rows = [
+        (response_ids(tokenizer, "Answer: 7", 10, True), "7"),
+        (response_ids(tokenizer, "got nan", 10, True), "7"),
+        (response_ids(tokenizer, "got inf", 10, True), "7"),
+        (response_ids(tokenizer, "Answer: 8", 10, True), "7"),
+        (response_ids(tokenizer, "exit", 10, True), "7"),  # sys.exit() in a user function ends one sample, not the worker
+    ]
+    with caplog.at_level("WARNING", logger="recipe_dapo.reward.manager"):
+        info, _ = score_within(config, padded_batch(tokenizer, rows), limit_s=20.0)
+    assert info["score"].tolist() == [0.5, -1.0, -1.0, -0.25, -1.0]
+    assert info["reward_score"].tolist() == [0.5, -1.0, -1.0, -0.25, -1.0]
+    assert info["acc"].tolist() == [True, False, False, False, False]  # the dict's acc=True does not survive -inf
+    assert info["verify_error"].tolist() == [
+        "", "non-finite score (nan)", "non-finite score (-inf)", "", "RuntimeError: custom compute_score raised SystemExit: 3"
+    ]
+    logged = [r.getMessage() for r in caplog.records if "non-finite score" in r.getMessage()]
+    assert len(logged) == 2 and "math_dapo" in logged[0] and "got nan" in logged[0]
+
+
+def test_the_watchdog_warns_once_naming_the_calls_that_make_no_progress(tokenizer, base_config, tmp_path, caplog):
+    release = tmp_path / "release"
+    module = tmp_path / "hanging_reward.py"
+    module.write_text(textwrap.dedent(HANGING_REWARD.format(release=str(release))))
+    config = with_overrides(
+        base_config,
+        reward__custom_reward_function__path=str(module),
+        reward__reward_kwargs__custom_score_timeout_s=2.5,
+        reward__reward_kwargs__stall_warning_s=0.4,
+    )
+    rows = [(response_ids(tokenizer, f"hang {i}", 10, True), "1") for i in range(2)]
+    rows.append((response_ids(tokenizer, "Answer: 7", 10, True), "7"))
+    try:
+        with caplog.at_level("WARNING", logger="recipe_dapo.reward.manager"):
+            info, _ = score_within(config, padded_batch(tokenizer, rows), limit_s=20.0)
+    finally:
+        release.write_text("")
+    stalls = [r.getMessage() for r in caplog.records if "made no progress" in r.getMessage()]
+    assert len(stalls) == 1, stalls
+    assert "2 calls in flight (custom compute_score: 2)" in stalls[0]
+    assert "data_source='math_dapo'" in stalls[0] and "stall_warning_s" in stalls[0]
+    assert info["verify_error"][:2].tolist() == ["time-out: custom compute_score still running after 2.5 s"] * 2
+
+
+def test_progress_watch_warns_once_per_stall_and_names_the_oldest_call():
+    import logging
+
+    from recipe_dapo.reward.bounded_calls import ProgressWatch
+
+    now = [100.0]
+    watch = ProgressWatch(10.0, logging.getLogger("test"), abandoned=lambda: 3, clock=lambda: now[0])
+    assert watch.stalled_message() is None  # nothing in flight: idle is no stall
+    first = watch.begin("verify", "data_source='aime24'")
+    now[0] = 105.0
+    watch.begin("custom compute_score")
+    now[0] = 109.0
+    assert watch.stalled_message() is None
+    now[0] = 111.0
+    message = watch.stalled_message()
+    assert message.startswith("reward scoring made no progress for 11 s: 2 calls in flight")
+    assert "(custom compute_score: 1, verify: 1)" in message and "the oldest (verify, data_source='aime24') has run for 11 s" in message
+    assert "3 timed-out custom compute_score calls are still running" in message
+    now[0] = 200.0
+    assert watch.stalled_message() is None  # one warning per stall
+    watch.end(first)  # progress
+    now[0] = 209.0
+    assert watch.stalled_message() is None
+    now[0] = 211.0
+    assert "1 calls in flight" in watch.stalled_message()
+
+
+@pytest.mark.parametrize("value", [0, -1.0, "soon", float("nan"), True])
+def test_stall_warning_s_must_be_a_positive_number_of_seconds(tokenizer, base_config, value):
+    config = with_overrides(base_config, reward__reward_kwargs__stall_warning_s=value)
+    with pytest.raises(ValueError, match="reward.reward_kwargs.stall_warning_s must be a positive number of seconds"):
+        get_reward_manager_cls("recipe_dapo")(config, tokenizer, compute_score=None)
+    assert RewardSettings.from_config(base_config).stall_warning_s == 120.0

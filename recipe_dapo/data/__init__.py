@@ -3,7 +3,8 @@
 Where things live (a new data set is a new ``DatasetSpec`` in ``catalog.DATASETS``):
 
 - ``template``    the DAPO user prompt template (apply / verify / strip)
-- ``answers``     ``normalize_ground_truth``: the canonical answer spelling the verifier shares
+- ``answers``     ``normalize_ground_truth``: the canonical answer spelling; its number rules (thousands
+                  separators, integers) are the verifier's too
 - ``validation``  ``RLDataError`` and ``validate_rl_parquet``: row checks before anything heavy starts
 - ``prompt_length`` prompt token counts as verl's rollout builds them (start-up check, ``validate --tokenizer``)
 - ``sources``     reading local parquet/jsonl or Hub rows in the verl or the flat layout

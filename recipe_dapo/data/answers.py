@@ -1,4 +1,4 @@
-"""Ground-truth answers in one canonical spelling, shared by the converters and the verifier.
+"""Ground-truth answers in one canonical spelling, and the number-spelling rules the verifier shares.
 
 ``normalize_ground_truth`` applies these rules, in order, and nothing else (anything that is not a
 plain number after step 3 keeps its LaTeX untouched, e.g. ``\\frac{14}{3}`` or ``(3, \\frac{\\pi}{2})``):
@@ -7,7 +7,8 @@ plain number after step 3 keeps its LaTeX untouched, e.g. ``\\frac{14}{3}`` or `
 2. surrounding whitespace and one pair of enclosing ``$...$`` (or ``$$...$$``) are removed;
 3. a ``\\boxed{...}`` wrapping the whole answer is unwrapped;
 4. thousands separators inside a number are dropped: ``1,319``, ``1{,}319`` and ``1\\,319`` -> ``1319``
-   (only well-formed groups of three digits, so a pair like ``1,5`` is left alone);
+   (only well-formed groups of three digits after a first digit that is not 0, so a pair like ``1,5`` and
+   ``0,111`` -- a decimal comma or a list -- are left alone);
 5. an integer loses its sign ``+``, its leading zeros and the sign of zero: ``025`` -> ``25``, ``-007`` -> ``-7``,
    ``+3`` -> ``3``, ``-0`` -> ``0``;
 6. a decimal loses trailing zeros and a bare point, and gains a leading zero: ``2.50`` -> ``2.5``,
@@ -15,13 +16,20 @@ plain number after step 3 keeps its LaTeX untouched, e.g. ``\\frac{14}{3}`` or `
 
 Every DAPO-Math-17k, AIME and AMC answer is an integer, so for those sets the rules reduce to
 "canonical integer": the AIME ``"025"`` and ``"25"`` compare equal.
+
+Rules 4 and 5 are :func:`without_thousands_separators` and :func:`canonical_integer`, the one implementation
+of them: the verifier's ``normalize_answer`` (``recipe_dapo.reward.verifier``) applies the same two functions
+to predictions and ground truths as its last steps, after its own, wider clean-up of model output (boxes,
+``\\text{}``, units, sentences...). Decimals are not respelled there: the verifier compares them by value.
 """
 
 from __future__ import annotations
 
 import re
 
-_INTEGER = re.compile(r"[+-]?\d+")
+_INTEGER = re.compile(r"([+-]?)0*(\d+)")
+# Thousands separators: "1,000"; never after a leading 0 ("0,111" is a decimal comma or a list, not 111)
+_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
 _DECIMAL = re.compile(r"[+-]?\d*\.\d+")
 # A number written with thousands separators: "," or "{,}" or "\," between groups of exactly three digits.
 _GROUPED_NUMBER = re.compile(r"[+-]?\d{1,3}(?:(?:,|\{,\}|\\,)\d{3})+(?:\.\d+)?")
@@ -44,12 +52,39 @@ def normalize_ground_truth(answer: str | int | float) -> str:
     text = _strip_dollars(str(answer).strip())
     text = _unwrap_boxed(text)
     if _GROUPED_NUMBER.fullmatch(text):
-        text = _SEPARATOR.sub("", text)
-    if _INTEGER.fullmatch(text):
-        return str(int(text))
+        commas = _SEPARATOR.sub(",", text)
+        grouped = without_thousands_separators(commas)
+        text = grouped if grouped != commas else text
+    integer = canonical_integer(text)
+    if integer is not None:
+        return integer
     if _DECIMAL.fullmatch(text):
         return _canonical_decimal(text)
     return text
+
+
+def canonical_integer(text: str) -> str | None:
+    """``text`` in its canonical spelling when it is an integer (rule 5), else ``None``.
+
+    >>> canonical_integer("-007"), canonical_integer("+3"), canonical_integer("-0"), canonical_integer("2.5")
+    ('-7', '3', '0', None)
+    """
+    match = _INTEGER.fullmatch(text)
+    if match is None:
+        return None
+    sign, digits = match.groups()
+    return ("-" if sign == "-" and digits != "0" else "") + digits
+
+
+def without_thousands_separators(text: str) -> str:
+    """``text`` without its commas when it is a number with comma thousands separators (rule 4), else ``text``.
+
+    >>> without_thousands_separators("1,000,000"), without_thousands_separators("-1,319.5")
+    ('1000000', '-1319.5')
+    >>> without_thousands_separators("0,111"), without_thousands_separators("1,5"), without_thousands_separators("32,349,1")
+    ('0,111', '1,5', '32,349,1')
+    """
+    return text.replace(",", "") if "," in text and _THOUSANDS.fullmatch(text) else text
 
 
 def _strip_dollars(text: str) -> str:
@@ -82,10 +117,10 @@ def _unwrap_boxed(text: str) -> str:
 def _canonical_decimal(text: str) -> str:
     sign = "-" if text.startswith("-") else ""
     integer_part, fraction_part = text.lstrip("+-").split(".")
-    integer_part = str(int(integer_part or "0"))
+    integer_part = canonical_integer(integer_part or "0")
     fraction_part = fraction_part.rstrip("0")
     if not fraction_part:
-        return str(int(sign + integer_part))  # "-0.0" -> "0"
+        return canonical_integer(sign + integer_part)  # "-0.0" -> "0"
     return f"{sign}{integer_part}.{fraction_part}"
 
 

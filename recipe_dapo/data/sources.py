@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recipe_dapo.data.validation import RLDataError, require_columns
+from recipe_dapo.data.validation import RLDataError, ground_truth_problem, require_columns
 
 PROBLEM_COLUMNS = ("problem", "question")
 ANSWER_COLUMN = "answer"
@@ -202,9 +202,6 @@ def _flat_layout_records(
 
 
 def _require_answer(answer: Any, name: str, row: int, field: str) -> None:
-    if answer is None:
-        raise RLDataError(name, row, field, "ground truth is missing", "give the row its reference answer")
-    if isinstance(answer, str) and not answer.strip():
-        raise RLDataError(
-            name, row, field, "ground truth is empty", "give the row its reference answer or drop the row"
-        )
+    problem = ground_truth_problem(answer)
+    if problem is not None:
+        raise RLDataError(name, row, field, *problem)

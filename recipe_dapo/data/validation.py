@@ -3,9 +3,14 @@
 A verl RL row, as ``verl.utils.dataset.RLHFDataset`` and the reward managers read it::
 
     data_source:  non-empty string (selects the metric group and, in verl's default scorer, the scorer)
-    prompt:       non-empty list of chat messages {"role": str, "content": str}, at least one non-blank content
-    reward_model: {"ground_truth": non-blank string (or number), "style": ...}
+    prompt:       non-empty list of chat messages {"role": str, "content": str}, at least one non-blank content;
+                  roles among system, user, assistant, tool; the last message is the user's (the one answered)
+    reward_model: {"ground_truth": non-blank string (or number, or a non-empty list of them), "style": ...}
     ability, extra_info: optional
+
+A ground truth that is a missing value in disguise is refused like a missing one: ``None``, a float NaN, and
+strings that are empty or, once stripped, ``nan``/``none``/``null`` in any case (what pandas or a JSON
+export writes for a missing answer; no DAPO-Math-17k, AIME, AMC, MATH-500 or GSM8K answer is one of them).
 
 Every failure raises :class:`RLDataError`, whose message names the file, the row (0-based, as pandas
 numbers it) and the field, and says how to fix it.
@@ -13,11 +18,16 @@ numbers it) and the field, and says how to fix it.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 REQUIRED_RL_COLUMNS = ("data_source", "prompt", "reward_model")
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+"""The chat roles a prompt message may have."""
+NULL_LIKE_ANSWERS = frozenset({"nan", "none", "null"})
+"""Ground-truth strings (after stripping, any case) that are a missing value written as text."""
 _ROWS_PER_BATCH = 4096
 
 
@@ -80,10 +90,27 @@ def _check_prompt(prompt: Any, path, row: int, prompt_key: str) -> None:
     for position, message in enumerate(messages):
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise RLDataError(path, row, f"{prompt_key}[{position}].role", f"message {message!r} has no string role")
+        if message["role"] not in CHAT_ROLES:
+            raise RLDataError(
+                path,
+                row,
+                f"{prompt_key}[{position}].role",
+                f"role {message['role']!r} is not one of {', '.join(CHAT_ROLES)}",
+                "use the chat roles of verl's chat template",
+            )
         if not isinstance(message.get("content"), str):
             raise RLDataError(
                 path, row, f"{prompt_key}[{position}].content", f"content must be a string, got {message!r}"
             )
+    if messages[-1]["role"] != "user":
+        raise RLDataError(
+            path,
+            row,
+            f"{prompt_key}[{len(messages) - 1}].role",
+            f"the last message is the {messages[-1]['role']!r} one, not the 'user' one (the model answers the last "
+            "user message)",
+            "end the prompt with the user's message",
+        )
     if not any(message["content"].strip() for message in messages):
         raise RLDataError(
             path,
@@ -103,28 +130,51 @@ def _check_reward_model(reward_model: Any, path, row: int) -> None:
             f"must be a struct with a ground_truth, got {reward_model!r}",
             'write it as {"ground_truth": "<answer>", "style": "rule"}',
         )
-    ground_truth = reward_model.get("ground_truth")
+    problem = ground_truth_problem(reward_model.get("ground_truth"))
+    if problem is not None:
+        raise RLDataError(path, row, "reward_model.ground_truth", *problem)
+
+
+def ground_truth_problem(ground_truth: Any) -> tuple[str, str] | None:
+    """``(problem, fix)`` when ``ground_truth`` is missing, empty or null-like (module docstring), else None.
+
+    A list (several acceptable answers) must be non-empty and each of its items pass.
+
+    >>> ground_truth_problem("42") is None, ground_truth_problem(" NaN ")[0]
+    (True, "ground truth is ' NaN ' (a missing value written as text)")
+    """
     if ground_truth is None:
-        raise RLDataError(
-            path, row, "reward_model.ground_truth", "ground truth is missing", "give the row its reference answer"
-        )
+        return "ground truth is missing", "give the row its reference answer"
     if isinstance(ground_truth, str):
-        empty = not ground_truth.strip()
-    elif isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
+        text = ground_truth.strip()
+        if not text:
+            return "ground truth is empty", "give the row its reference answer or drop the row"
+        if text.lower() in NULL_LIKE_ANSWERS:
+            return (
+                f"ground truth is {ground_truth!r} (a missing value written as text)",
+                "give the row its reference answer or drop the row",
+            )
+        return None
+    if isinstance(ground_truth, float) and math.isnan(ground_truth):
+        return "ground truth is NaN (a missing value)", "give the row its reference answer or drop the row"
+    if isinstance(ground_truth, (int, float, bool)):
+        return None
+    if isinstance(ground_truth, bytes):
+        return ground_truth_problem(ground_truth.decode("utf-8", errors="replace"))
+    if hasattr(ground_truth, "tolist"):  # numpy scalars and arrays
+        return ground_truth_problem(ground_truth.tolist())
+    if isinstance(ground_truth, (list, tuple)):
+        for item in ground_truth:
+            problem = ground_truth_problem(item)
+            if problem is not None:
+                return f"an item of the list: {problem[0]}", problem[1]
+    try:
+        empty = len(ground_truth) == 0
+    except TypeError:
         empty = False
-    else:
-        try:
-            empty = len(ground_truth) == 0
-        except TypeError:
-            empty = False
     if empty:
-        raise RLDataError(
-            path,
-            row,
-            "reward_model.ground_truth",
-            "ground truth is empty",
-            "give the row its reference answer or drop the row",
-        )
+        return "ground truth is empty", "give the row its reference answer or drop the row"
+    return None
 
 
 def validate_rl_parquet(path: str | os.PathLike, prompt_key: str = "prompt") -> int:

@@ -6,6 +6,8 @@
 - ``arithmetic`` bounded exact evaluation of LaTeX arithmetic on numbers (``2^{10}``, ``\\sqrt{1764}``)
 - ``symbolic``  the optional math-verify check, in a child process killed at the time limit
 - ``settings``  ``reward.reward_kwargs`` read and checked once at start-up
+- ``bounded_calls`` a user's reward function on threads of its own with a time-out per call, and the
+                watchdog that warns when scoring makes no progress (pure, no Ray)
 - ``manager``   the ``recipe_dapo`` reward manager (verl's reward-loop registry); imported by ``plugin.py``
 - ``metrics``   per-step metrics from the reward_extra_info the manager returns
 

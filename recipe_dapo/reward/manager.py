@@ -18,6 +18,13 @@ EOS token), ``response_length`` (tokens), ``verify_error`` (``""`` unless verifi
 the ground truth is malformed; such a sample scores -1 and the run goes on) and ``symbolic_skipped`` (only
 the symbolic step could have matched the answer, and it is off).
 
+A user's ``compute_score`` (``reward.custom_reward_function.path``) runs on threads of its own
+(:class:`recipe_dapo.reward.bounded_calls.BoundedCaller`), at most ``reward_kwargs.custom_score_timeout_s`` per
+sample; decoding and our verifier run on this module's own executor, so a hanging user function can never
+take the threads they need. A time-out, an exception or a score that is not finite (NaN, +/-inf) costs that
+sample: it scores -1 and ``verify_error`` says why. A watchdog thread warns once when no sample finishes for
+``reward_kwargs.stall_warning_s`` while some are in flight, naming them.
+
 With our verifier the end of the response is decoded first (its last ``TAIL_CHARS`` characters), and the
 whole response only when that end holds no answer: decoding 20k tokens takes about 3 ms, the last thousand
 about 0.2 ms, verifying about 0.03 ms.
@@ -33,7 +40,10 @@ import functools
 import inspect
 import json
 import logging
+import math
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from verl import DataProto
@@ -42,6 +52,7 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from recipe_dapo.overlong import TRUNCATED_COLUMN, get_shaping, is_truncated
 from recipe_dapo.reward import symbolic
+from recipe_dapo.reward.bounded_calls import DEFAULT_MAX_RUNNING, BoundedCaller, CallTimeout, ProgressWatch
 from recipe_dapo.reward.failures import FailureLog
 from recipe_dapo.reward.metrics import REWARD_EXTRA_KEYS  # noqa: F401  (the per-sample keys, in one home)
 from recipe_dapo.reward.settings import RewardSettings, config_value
@@ -51,6 +62,20 @@ logger = logging.getLogger(__name__)
 
 _reward_failures = FailureLog(logger, "reward computation failed; scored -1")
 _custom_timeouts = FailureLog(logger, "custom compute_score timed out; scored -1")
+_non_finite_scores = FailureLog(logger, "reward function returned a non-finite score; scored -1")
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def reward_executor() -> ThreadPoolExecutor:
+    """The threads that decode and run our verifier in this process; no user function ever runs on them."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=DEFAULT_MAX_RUNNING, thread_name_prefix="recipe_dapo-reward")
+        return _executor
+
 
 @register("recipe_dapo")
 class RecipeDAPORewardManager(RewardManagerBase):
@@ -68,6 +93,8 @@ class RecipeDAPORewardManager(RewardManagerBase):
         # verl hands us its default_compute_score unless the user configured their own function.
         has_custom_function = bool(config_value(config, "reward.custom_reward_function.path"))
         self.custom_compute_score = compute_score if has_custom_function else None
+        self.custom_caller = BoundedCaller(self.settings.custom_score_timeout_s, name="custom compute_score")
+        self.progress = ProgressWatch(self.settings.stall_warning_s, logger, lambda: self.custom_caller.abandoned)
         self.stop_token_ids = stop_token_ids(tokenizer, config_value(config, "actor_rollout_ref.model.path"))
         if self.custom_compute_score is None:
             if self._symbolic_enabled():
@@ -98,10 +125,12 @@ class RecipeDAPORewardManager(RewardManagerBase):
                 self.settings.overlong_buffer_len,
                 self.settings.overlong_penalty_factor,
             )
+        kind = "verify" if self.custom_compute_score is None else "custom compute_score"
+        token = self.progress.begin(kind, f"data_source={item.non_tensor_batch.get('data_source')!r}")
         try:
             if self.custom_compute_score is None:
                 verdict = await asyncio.get_running_loop().run_in_executor(
-                    None, self._verify_tokens, valid_ids, ground_truth
+                    reward_executor(), self._verify_tokens, valid_ids, ground_truth
                 )
                 score = verdict.score
             else:
@@ -110,6 +139,8 @@ class RecipeDAPORewardManager(RewardManagerBase):
             _reward_failures.report(f"{type(error).__name__}: {error}", exc_info=error)
             verdict = Verdict(False, "", "error", f"{type(error).__name__}: {error}"[:MAX_REPORTED_CHARS])
             score = verdict.score
+        finally:
+            self.progress.end(token)
 
         return {
             "reward_score": score + overlong_reward,
@@ -143,7 +174,7 @@ class RecipeDAPORewardManager(RewardManagerBase):
         """The user's score (any float) and what we report of it; ``acc`` defaults to ``score > 0``."""
         loop = asyncio.get_running_loop()
         text = await loop.run_in_executor(
-            None, functools.partial(self.tokenizer.decode, _as_list(token_ids), skip_special_tokens=True)
+            reward_executor(), functools.partial(self.tokenizer.decode, _as_list(token_ids), skip_special_tokens=True)
         )
         kwargs = dict(
             data_source=non_tensor.get("data_source"),
@@ -151,31 +182,41 @@ class RecipeDAPORewardManager(RewardManagerBase):
             ground_truth=ground_truth,
             extra_info=non_tensor.get("extra_info", {}),
         )
-        if inspect.iscoroutinefunction(self.custom_compute_score):
-            pending = self.custom_compute_score(**kwargs)
-        else:
-            pending = loop.run_in_executor(None, functools.partial(self.custom_compute_score, **kwargs))
         timeout_s = self.settings.custom_score_timeout_s
         try:
-            result = await asyncio.wait_for(pending, timeout=timeout_s)
-        except asyncio.TimeoutError:
-            # A thread cannot be stopped: it is abandoned and finishes in the background.
-            message = f"time-out: custom compute_score still running after {timeout_s:g} s"
+            if inspect.iscoroutinefunction(self.custom_compute_score):
+                try:  # cancelled at the time-out (a coroutine that blocks the event loop cannot be bounded)
+                    result = await asyncio.wait_for(self.custom_compute_score(**kwargs), timeout=timeout_s)
+                except asyncio.TimeoutError:
+                    raise CallTimeout(f"time-out: custom compute_score still running after {timeout_s:g} s") from None
+            else:  # on threads of its own: a call that hangs is abandoned and holds nothing others need
+                result = await self.custom_caller.call(self.custom_compute_score, **kwargs)
+        except CallTimeout as timeout:
+            abandoned = self.custom_caller.abandoned
             _custom_timeouts.report(
-                f"{message} (data_source={kwargs['data_source']!r}); raise reward.reward_kwargs.custom_score_timeout_s "
-                "or make the function faster"
+                f"{timeout} (data_source={kwargs['data_source']!r}; {abandoned} timed-out calls still running in "
+                "this worker); raise reward.reward_kwargs.custom_score_timeout_s or make the function faster"
             )
-            return -1.0, Verdict(False, "", "error", message)
+            return -1.0, Verdict(False, "", "error", str(timeout))
         if isinstance(result, dict):
             score = float(result["score"])
-            return score, Verdict(
+            verdict = Verdict(
                 bool(result.get("acc", score > 0)),
                 str(result.get("pred", ""))[:MAX_REPORTED_CHARS],
                 "custom",
                 str(result.get("verify_error", ""))[:MAX_REPORTED_CHARS],
             )
-        score = float(result)
-        return score, Verdict(score > 0, "", "custom")
+        else:
+            score = float(result)
+            verdict = Verdict(score > 0, "", "custom")
+        if not math.isfinite(score):
+            problem = f"non-finite score ({score})"
+            _non_finite_scores.report(
+                f"{problem} from custom compute_score for data_source={kwargs['data_source']!r}, "
+                f"ground_truth={ground_truth!r}, response ending {text[-200:]!r}"
+            )
+            return -1.0, Verdict(False, verdict.pred, "error", problem)
+        return score, verdict
 
 
 def warn_symbolic_off(symbolic_check: bool | None) -> None:

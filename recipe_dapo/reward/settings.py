@@ -14,10 +14,12 @@ Keys (all optional; the first five have the meaning they have for verl's own ``d
         verify_timeout_s: 2.0     # limit of one symbolic (math-verify) check
         symbolic_check: null      # null: use math-verify when installed; true: require it; false: never
         custom_score_timeout_s: 60.0  # limit of a user's reward.custom_reward_function per sample
+        stall_warning_s: 120.0    # warn (once per stall) when no sample finishes scoring for this long
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,7 @@ from recipe_dapo.overlong.shaping import check_overlong_buffer, get_shaping
 from recipe_dapo.reward.verifier import DEFAULT_TIMEOUT_S
 
 _KWARGS = "reward.reward_kwargs"
+DEFAULT_STALL_WARNING_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class RewardSettings:
     """math-verify for non-identical answers: None = when installed, True = required, False = off."""
     custom_score_timeout_s: float = 60.0
     """Wall-clock limit of a user's ``compute_score`` for one sample."""
+    stall_warning_s: float = DEFAULT_STALL_WARNING_S
+    """Seconds without a finished sample (while some are in flight) before the watchdog warns."""
 
     @classmethod
     def from_config(cls, config: Any) -> RewardSettings:
@@ -82,11 +87,18 @@ class RewardSettings:
                     f"got {penalty_factor}"
                 )
 
-        verify_timeout_s = float(config_value(config, f"{_KWARGS}.verify_timeout_s", DEFAULT_TIMEOUT_S))
-        custom_timeout_s = float(config_value(config, f"{_KWARGS}.custom_score_timeout_s", 60.0))
-        for key, value in (("verify_timeout_s", verify_timeout_s), ("custom_score_timeout_s", custom_timeout_s)):
-            if not value > 0:
-                raise ValueError(f"{_KWARGS}.{key} must be a positive number of seconds, got {value}")
+        seconds = {
+            key: config_value(config, f"{_KWARGS}.{key}", default)
+            for key, default in (
+                ("verify_timeout_s", DEFAULT_TIMEOUT_S),
+                ("custom_score_timeout_s", 60.0),
+                ("stall_warning_s", DEFAULT_STALL_WARNING_S),
+            )
+        }
+        for key, value in seconds.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{_KWARGS}.{key} must be a positive number of seconds, got {value!r}")
+        verify_timeout_s, custom_timeout_s, stall_warning_s = (float(value) for value in seconds.values())
         symbolic_check = config_value(config, f"{_KWARGS}.symbolic_check")
         if symbolic_check not in (None, True, False):
             raise ValueError(
@@ -103,6 +115,7 @@ class RewardSettings:
             verify_timeout_s=verify_timeout_s,
             symbolic_check=symbolic_check,
             custom_score_timeout_s=custom_timeout_s,
+            stall_warning_s=stall_warning_s,
         )
 
 

@@ -53,7 +53,8 @@ Normalisation (:func:`normalize_answer`), applied to prediction and ground truth
   ``\\sqrt2`` -> ``\\sqrt{2}``; up to three layers of redundant outer braces are removed;
 - thousands separators go when written without spaces and not after a leading 0 (``1,000,000`` -> ``1000000``;
   ``32, 349`` is a list of two numbers, ``0,111`` is no number), then a leading ``+`` and the leading zeros
-  of an integer (``042`` -> ``42``, ``-007`` -> ``-7``).
+  of an integer (``042`` -> ``42``, ``-007`` -> ``-7``): these two steps are the data converters' own rules 4
+  and 5, from their one implementation in :mod:`recipe_dapo.data.answers`.
 
 Comparison (:func:`verify`), first rule that decides wins:
 
@@ -108,6 +109,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from recipe_dapo.data.answers import canonical_integer, without_thousands_separators
 from recipe_dapo.reward import arithmetic, symbolic
 from recipe_dapo.reward.failures import FailureLog
 
@@ -446,9 +448,6 @@ _FRAC_DIGIT_BRACE = re.compile(r"\\frac(\d)\{")
 _FRAC_BRACE_DIGIT = re.compile(r"\\frac\{([^{}]*)\}(\d)")
 _SQRT_DIGIT = re.compile(r"\\sqrt(\d)")
 _BRACED_COMMA = re.compile(r"\{\s*,\s*\}")  # "14{,}916", "14 {, }916": a comma without LaTeX's space
-# Thousands separators: "1,000"; never after a leading 0 ("0,111" is a decimal comma or a list, not 111)
-_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
-_INTEGER = re.compile(r"([+-]?)0*(\d+)")
 _COMMA_SPACE = re.compile(r",\s")
 _THIN_SPACE_THOUSANDS = re.compile(r"(?:,|\{,\})\\!\s*(?=\d{3})")
 
@@ -525,13 +524,9 @@ def _canonical(cleaned: str) -> str:
     for _ in range(3):
         if len(s) >= 2 and s[0] == "{" and s[-1] == "}" and _braces_balanced(s[1:-1]):
             s = s[1:-1]
-    if "," in s and _THOUSANDS.fullmatch(s) and not _COMMA_SPACE.search(cleaned):
-        s = s.replace(",", "")  # "1,000" is 1000, but "32, 349" is a list of two numbers
-    integer = _INTEGER.fullmatch(s)
-    if integer:
-        sign, digits = integer.groups()
-        s = ("-" if sign == "-" and digits != "0" else "") + digits
-    return s
+    if "," in s and not _COMMA_SPACE.search(cleaned):  # "1,000" is 1000, but "32, 349" is a list of two numbers
+        s = without_thousands_separators(s)
+    return canonical_integer(s) or s
 
 
 def _braces_balanced(s: str) -> bool:
