@@ -54,3 +54,14 @@ def test_the_knob_table_documents_every_keep_rule_and_skip_setting_with_its_defa
                     and (f"{section}{name}`" in r[1] or f"`{name}`" in r[1])), None)
         assert row is not None, f"README knob table has no row for dapo.dynamic_sampling.{section}{name}"
         assert shown(default) in row[3], (name, default, row[3])
+
+
+def test_the_readme_holds_the_generated_table_of_every_dapo_setting():
+    """Every field and default of every dapo.* section is in the README, as generated from the typed settings."""
+    from recipe_dapo.config.knobs import settings_rows, with_table
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert with_table(readme) == readme, "run: python -m recipe_dapo.config.knobs --write README.md"
+    keys = [key for key, _, _ in settings_rows()]
+    assert "dapo.dynamic_sampling.skip.explore_step" in keys and "dapo.overlong_filter.enable" in keys
+    assert all(f"| `{key}` |" in readme for key in keys)

@@ -211,15 +211,19 @@ class RecordingTracker:
         pass
 
 
-@pytest.fixture()
-def inputs(tmp_path):
+def make_inputs(folder):
     from recipe_dapo.cpu.assets import tokenizer_as_verl_loads_it, write_dataset
 
-    train_file, val_file = write_dataset(tmp_path / "data", num_train=64, num_val=4, seed=0)
-    model_dir = tmp_path / "model"
+    train_file, val_file = write_dataset(folder / "data", num_train=64, num_val=4, seed=0)
+    model_dir = folder / "model"
     model_dir.mkdir()
     tokenizer = tokenizer_as_verl_loads_it(model_dir, None, train_file)
     return train_file, val_file, model_dir, tokenizer
+
+
+@pytest.fixture()
+def inputs(tmp_path):
+    return make_inputs(tmp_path)
 
 
 def build_trainer(tmp_path, inputs, monkeypatch, *overrides):
@@ -275,11 +279,18 @@ def trainer_and_device(tmp_path, inputs, monkeypatch):
     return build_trainer(tmp_path, inputs, monkeypatch)
 
 
-def test_every_rollout_meets_awake_replicas_with_current_weights_for_any_number_of_rounds(trainer_and_device):
-    trainer, device = trainer_and_device
-    trainer.fit()
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """The default trainer fitted once for the module: (trainer, device, metrics logged per step)."""
+    folder = tmp_path_factory.mktemp("fitted")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        trainer, device = build_trainer(folder, make_inputs(folder), monkeypatch)
+        trainer.fit()
+        yield trainer, device, dict(RecordingTracker.logged)
 
-    logged = RecordingTracker.logged
+
+def test_every_rollout_meets_awake_replicas_with_current_weights_for_any_number_of_rounds(fitted):
+    trainer, device, logged = fitted
     rounds = {step: int(logged[step]["dynamic_sampling/num_gen_rounds"]) for step in range(1, 6)}
     assert rounds[1] == 1  # a full batch and four surplus groups in one round
     assert rounds[2] == 0  # the four carried-over groups fill the batch: no generation at all
@@ -301,9 +312,8 @@ def test_every_rollout_meets_awake_replicas_with_current_weights_for_any_number_
         assert after[last_gen + 1 : last_gen + 5] == ["sleep", "compute_log_prob", "update_actor", "update_weights"]
 
 
-def test_a_step_without_rounds_still_frees_the_replicas_before_the_actor_trains(trainer_and_device):
-    trainer, device = trainer_and_device
-    trainer.fit()
+def test_a_step_without_rounds_still_frees_the_replicas_before_the_actor_trains(fitted):
+    trainer, device, _ = fitted
     names = [e[0] for e in device.events]
     updates = [i for i, name in enumerate(names) if name == "update_actor"]
     # Step 2 (no round): the replicas were awake after step 1's sync and must sleep before the actor.
@@ -312,9 +322,8 @@ def test_a_step_without_rounds_still_frees_the_replicas_before_the_actor_trains(
     assert between == ["update_weights", "sleep", "compute_log_prob"]
 
 
-def test_after_a_skipped_update_the_next_rollout_wakes_the_replicas_first(trainer_and_device):
-    trainer, device = trainer_and_device
-    trainer.fit()
+def test_after_a_skipped_update_the_next_rollout_wakes_the_replicas_first(fitted):
+    trainer, device, _ = fitted
     step5 = next(i for i, e in enumerate(device.events) if e[:2] == ("generate", 5))
     before = [e[0] for e in device.events[:step5]]
     # Step 4 ended asleep without an update; step 5's first rollout needs a wake-up, which is a weight sync.
@@ -373,9 +382,8 @@ def test_seeded_rollouts_give_every_response_its_own_seed_repeatably_across_runs
     assert len(set(all_seeds)) == len(all_seeds)  # no two rounds of the run reuse a seed
 
 
-def test_unseeded_rollouts_leave_verls_agent_loop_alone(trainer_and_device):
-    trainer, _ = trainer_and_device
-    trainer.fit()
+def test_unseeded_rollouts_leave_verls_agent_loop_alone(fitted):
+    trainer, _, _ = fitted
     assert all(request["rollout_seed"] is None for request in trainer.async_rollout_manager.requests)
 
 

