@@ -290,8 +290,10 @@ def run_arm(name: str, command: list[str], env: dict, run_dir: Path, stall_after
 
 def load_arm(name: str, run_dir: Path) -> dict:
     """A finished run: its logged steps, wall time and peak GPU memory."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    steps = [record["data"] for record in records if record.get("step", 0) > 0]
+    from recipe_dapo.tracking.run_log import read_metrics
+
+    logged = read_metrics(run_dir / "metrics.jsonl")
+    steps = [logged[step] for step in sorted(logged) if step > 0]
     return {"name": name, "steps": steps, **json.loads((run_dir / "run.json").read_text())}
 
 

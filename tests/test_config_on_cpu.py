@@ -75,7 +75,9 @@ def test_verl_rollout_dataclass_accepts_the_cpu_overlay():
 
 
 def test_valid_small_configuration_passes_every_start_up_check(data_files):
-    check_config(compose_recipe_config(small_run(data_files)))
+    report = check_config(compose_recipe_config(small_run(data_files)))
+    assert report.summary["responses per prompt"] == 8 and report.summary["dynamic sampling"] is True
+    assert report.summary["loss"].startswith("dapo, token-mean")
 
 
 @pytest.mark.parametrize(

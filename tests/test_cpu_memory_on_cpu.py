@@ -100,7 +100,8 @@ def test_a_run_that_cannot_fit_is_refused_before_workers_start(tmp_path, default
 
 
 def test_start_up_check_passes_the_default_run_on_this_machine(default_assets):
-    check_config(default_run(default_assets))
+    report = check_config(default_run(default_assets))
+    assert not report.not_checked  # every input is local: files, model folder and prompt tokens were all checked
 
 
 def test_start_up_check_names_the_key_when_memory_is_short(default_assets, monkeypatch):

@@ -76,7 +76,8 @@ def test_v1_trainer_in_sync_and_colocate_async_modes_passes_and_the_log_says_whi
 def test_metric_reward_is_accepted_like_the_sampler_accepts_it(data):
     from recipe_dapo.preflight import check_config
 
-    check_config(compose_recipe_config(small_run(data, "algorithm.filter_groups.metric=reward")))
+    config = compose_recipe_config(small_run(data, "algorithm.filter_groups.metric=reward"))
+    assert check_config(config).summary["dynamic sampling"] is True
 
 
 def test_every_problem_of_the_recipes_rules_is_listed_once_in_one_refusal(data):

@@ -157,4 +157,5 @@ def test_a_low_keep_rate_is_not_mistaken_for_a_stall():
         sampler = make_sampler(train_batch_size=8)
         stream = SimulatedStream(rng, pass_rates=lambda r: 0.03, max_polls=3)
         for step in range(1, 6):
-            collect_streaming_step(sampler, stream, step)
+            collected = collect_streaming_step(sampler, stream, step)
+            assert collected.metrics["dynamic_sampling/trained_groups"] > 0, (seed, step)

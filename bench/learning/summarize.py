@@ -24,7 +24,6 @@ generated response) or else ``response_length/mean`` of the trained batch.
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import numpy as np
 
 from recipe_dapo import report
 from recipe_dapo.dynamic_sampling import SKIP_METRIC_PREFIX as SKIP
+from recipe_dapo.tracking.run_log import read_metrics
 from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH
 
 COLOURS = {"grpo": "tab:blue", "dapo": "tab:red", "dapo_skip": "tab:green"}
@@ -127,18 +127,8 @@ class Run:
         return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs], dtype=float)
 
 
-def read_jsonl(path: Path) -> dict[int, dict[str, float]]:
-    """step -> merged metrics (a step may be logged in several lines)."""
-    metrics: dict[int, dict[str, float]] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            metrics.setdefault(int(row["step"]), {}).update(row["data"])
-    return metrics
-
-
 def last_step(path: Path) -> int:
-    return max(read_jsonl(path), default=0)
+    return max(read_metrics(path), default=0)
 
 
 def generation_budget(metrics: dict[int, dict[str, float]], steps, n: int, train_batch_size: int):
@@ -154,7 +144,7 @@ def generation_budget(metrics: dict[int, dict[str, float]], steps, n: int, train
 
 
 def load_run(path: Path, n: int, train_batch_size: int) -> Run:
-    metrics = read_jsonl(path)
+    metrics = read_metrics(path)
     steps = np.array(sorted(s for s in metrics if s > 0 and "actor/entropy" in metrics[s]))
     responses, tokens = generation_budget(metrics, steps, n, train_batch_size)
     keys = {k for m in metrics.values() for k in m}

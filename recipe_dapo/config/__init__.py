@@ -11,6 +11,9 @@ imports this package first, then Hydra composes), so a process that only resolve
 from __future__ import annotations
 
 import os
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.config.resolvers import register_resolvers, verl_config_dir
 from recipe_dapo.import_hooks import when_imported
@@ -28,6 +31,12 @@ def register() -> None:
     """The resolvers and, once Hydra is imported, the ``dapo:`` schema (idempotent)."""
     register_resolvers()
     when_imported("hydra.core.config_store", _store_schema)
+
+
+def select(config: DictConfig, key: str, default: Any = None) -> Any:
+    """``config``'s value at the dotted ``key``, or ``default`` when a level is missing (the one config accessor:
+    the start-up rules, the CPU memory check and the reward settings read through it)."""
+    return OmegaConf.select(config, key, default=default)
 
 
 def config_groups() -> list[str]:

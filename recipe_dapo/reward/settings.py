@@ -25,6 +25,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from recipe_dapo.config import select
+
 from recipe_dapo.overlong.shaping import check_overlong_buffer, get_shaping
 from recipe_dapo.reward.verifier import DEFAULT_TIMEOUT_S
 
@@ -122,7 +124,7 @@ class RewardSettings:
 def config_value(config: Any, key: str, default: Any = None) -> Any:
     """``config.a.b.c`` or ``default`` when a level is missing or null (DictConfig or plain dicts)."""
     if isinstance(config, DictConfig):
-        value = OmegaConf.select(config, key, default=default)
+        value = select(config, key, default=default)
         if isinstance(value, DictConfig):
             return OmegaConf.to_container(value, resolve=True)
         return default if value is None else value

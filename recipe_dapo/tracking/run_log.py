@@ -1,10 +1,11 @@
-"""The run's metrics file: verl's JSONL file logger, kept across kills and resumes.
+"""The run's metrics file: its layout, what a resume sets aside, and its reader (pure: no verl import, so the run
+report and the benches read metrics files quickly).
 
 Layout (verl's ``FileLogger``): ``<VERL_FILE_LOGGER_ROOT or .>/<project>/<experiment>.jsonl`` (or
 ``$VERL_FILE_LOGGER_PATH``), one line per ``Tracking.log`` call: ``{"step": int, "data": {metric: value}}``.
 
 **What a resume keeps.** verl opens the file with ``"wb"``, so a resumed process erased everything the
-earlier processes logged. :class:`ResumableFileLogger` appends instead. A process that starts from the
+earlier processes logged. The tracker's file backend (``tracker.ResumableFileLogger``) appends instead. A process that starts from the
 checkpoint of step ``k`` first sets aside the lines it is about to repeat: lines of steps ``> k`` were logged
 after the checkpoint was written (the run was killed after logging step ``k+1`` but before saving it), and
 the resumed process trains and logs those steps again from the checkpoint. They are moved, not deleted, to
@@ -28,7 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verl.utils.tracking import FileLogger
 
 logger = logging.getLogger(__name__)
 
@@ -99,20 +99,6 @@ def set_aside_superseded(path: str | os.PathLike, resumed_step: int) -> int:
         path, resumed_step, len(moved), _ranges(steps) or "none parsable", superseded_path(path),
     )
     return len(moved)
-
-
-class ResumableFileLogger(FileLogger):
-    """verl's file backend, appending: earlier processes' lines up to ``resumed_step`` stay (module docstring)."""
-
-    def __init__(self, project_name: str, experiment_name: str, resumed_step: int = 0):
-        # Not super().__init__: verl's opens the file with "wb". log() and finish() are verl's.
-        self.project_name = project_name
-        self.experiment_name = experiment_name
-        self.filepath = metrics_file_path(project_name, experiment_name)
-        os.makedirs(os.path.dirname(os.path.abspath(self.filepath)), exist_ok=True)
-        self.superseded_lines = set_aside_superseded(self.filepath, resumed_step)
-        self.fp = open(self.filepath, "ab", buffering=0)
-        logger.info("metrics file: %s (appending from step %d)", os.path.abspath(self.filepath), resumed_step)
 
 
 def read_metrics(path: str | os.PathLike) -> dict[int, dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The trainer's ``Tracking``: verl's, with its ``file`` and ``console`` backends replaced.
 
-- ``file``: :class:`recipe_dapo.tracking.run_log.ResumableFileLogger`, which appends (verl's truncates the metrics file
+- ``file``: :class:`ResumableFileLogger`, which appends (verl's truncates the metrics file
   when a killed run resumes) and sets aside only the lines the resumed process logs again;
 - ``console``: :class:`recipe_dapo.tracking.console.RunConsole`, one short line per step and per validation and a
   summary in ``finish()`` (verl's prints every metric of a step on one line).
@@ -10,17 +10,33 @@ Every other backend (wandb, tensorboard, mlflow, ...) is verl's, unchanged, and 
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.utils.tracking import Tracking
+from verl.utils.tracking import FileLogger, Tracking
 
 from recipe_dapo.tracking.console import RunConsole
-from recipe_dapo.tracking.run_log import ResumableFileLogger
+from recipe_dapo.tracking.run_log import metrics_file_path, set_aside_superseded
 
 REPLACED_BACKENDS = ("file", "console")
+logger = logging.getLogger(__name__)
+
+
+class ResumableFileLogger(FileLogger):
+    """verl's file backend, appending: earlier processes' lines up to ``resumed_step`` stay (``run_log``'s docstring)."""
+
+    def __init__(self, project_name: str, experiment_name: str, resumed_step: int = 0):
+        # Not super().__init__: verl's opens the file with "wb". log() and finish() are verl's.
+        self.project_name = project_name
+        self.experiment_name = experiment_name
+        self.filepath = metrics_file_path(project_name, experiment_name)
+        os.makedirs(os.path.dirname(os.path.abspath(self.filepath)), exist_ok=True)
+        self.superseded_lines = set_aside_superseded(self.filepath, resumed_step)
+        self.fp = open(self.filepath, "ab", buffering=0)
+        logger.info("metrics file: %s (appending from step %d)", os.path.abspath(self.filepath), resumed_step)
 
 
 class DAPOTracking(Tracking):
