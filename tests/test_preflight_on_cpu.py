@@ -235,3 +235,30 @@ def test_skipping_is_refused_on_rows_without_a_prompt_id_or_with_one_shared_by_t
     from recipe_dapo.preflight import check_config
 
     check_config(compose_recipe_config(small_run(data, skip, f"data.train_files=[{train},{train}]")))
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["trainer.use_v1=true", "trainer.v1.sampler.sync_refill_failed_groups=true"],
+         "trainer.v1.sampler.sync_refill_failed_groups=True has no effect with v1.sync"),
+        (["trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async", "trainer.v1.separate_async.parameter_sync_step=2"],
+         "trainer.v1.separate_async.parameter_sync_step=2 has no effect with v1.colocate_async"),
+        (["trainer.use_v1=true", "trainer.v1.sampler.max_off_policy_threshold=2"],
+         "trainer.v1.sampler.max_off_policy_threshold=2 has no effect with v1.sync"),
+        (["trainer.v1.trainer_mode=colocate_async"], "trainer.v1.trainer_mode=colocate_async has no effect with classic"),
+        (["trainer.v1.colocate_async.num_warmup_batches=2"], "has no effect with classic"),
+        (["algorithm.filter_groups.max_inflight_gen_batches=4"], "max_inflight_gen_batches=4 has no effect with classic"),
+    ],
+)
+def test_an_option_the_chosen_trainer_ignores_is_refused_naming_the_key(data, overrides, key):
+    assert key in refusal(small_run(data, *overrides))
+
+
+def test_options_the_chosen_trainer_honours_pass(data):
+    from recipe_dapo.preflight import check_config
+
+    for overrides in (["trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async",
+                       "trainer.v1.sampler.max_off_policy_threshold=2", "trainer.v1.colocate_async.num_warmup_batches=2"],
+                      ["algorithm.filter_groups.max_num_gen_batches=3"]):
+        assert check_config(compose_recipe_config(small_run(data, *overrides))).summary

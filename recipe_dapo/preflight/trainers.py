@@ -3,12 +3,13 @@ v1 trainer cannot do with DAPO's sampling, and TransferQueue installed."""
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.preflight.base import CheckReport, select
-from recipe_dapo.trainers.table import V1_SAMPLER, V1_TRAINER_MODES
+from recipe_dapo.trainers.table import OPTIONS, V1_SAMPLER, V1_TRAINER_MODES, trainer_for
 
 
 def rule_trainer(config: DictConfig, report: CheckReport) -> Iterable[str]:
@@ -69,3 +70,46 @@ def rule_v1_installed(config: DictConfig, report: CheckReport) -> Iterable[str]:
             "trainer.use_v1=true needs TransferQueue, which is not installed: pip install 'transferqueue>=0.1.10,<0.2' "
             "(the recipe's cpu, gpu and v1 extras include it), or set trainer.use_v1=false"
         )
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict[str, object]:
+    """Every option's value in the recipe's config as composed with no override (verl's defaults, the recipe's)."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("recipe_dapo.config", version_base=None):
+        base = compose("dapo_trainer")
+    return dict(_leaves(base, ("trainer.v1", "algorithm.filter_groups")))
+
+
+def _leaves(config: DictConfig, sections) -> Iterable[tuple[str, object]]:
+    for section in sections:
+        node = OmegaConf.select(config, section)
+        if node is None:
+            continue
+        flat = OmegaConf.to_container(node, resolve=False)
+        stack = [(section, flat)]
+        while stack:
+            prefix, value = stack.pop()
+            if isinstance(value, dict):
+                stack.extend((f"{prefix}.{key}", item) for key, item in value.items() if not str(key).startswith("_"))
+            else:
+                yield prefix, value
+
+
+def rule_ignored_options(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """An option of trainer.v1.* or algorithm.filter_groups.* set away from its default where the chosen trainer and
+    the recipe's sampler do not honour it (``trainers.table.OPTIONS``): refused, naming the key and why."""
+    entry = trainer_for(config)
+    if entry is None:
+        return  # an unsupported v1 mode: rule_trainer says so
+    defaults = _defaults()
+    for key, value in _leaves(config, ("trainer.v1", "algorithm.filter_groups")):
+        if key not in defaults or value == defaults[key]:
+            continue
+        for prefix, honoured_by, why in OPTIONS:
+            if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
+                if entry.key not in honoured_by:
+                    yield (f"{key}={value} has no effect with {entry.key} (trainer.use_v1={entry.use_v1}"
+                           + (f", trainer_mode={entry.mode}" if entry.mode else "") + f"): {why}; remove the override")
+                break

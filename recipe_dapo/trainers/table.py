@@ -84,6 +84,28 @@ V1_TRAINER_MODES: tuple[str, ...] = tuple(entry.mode for entry in TRAINERS if en
 """The verl v1 modes the recipe's trainers and sampler support."""
 
 
+# Options of verl's sections that a trainer or the recipe's sampler honours: (key prefix, the trainers that honour it,
+# what to do instead). An option changed from verl's default for a trainer that does not honour it is refused at
+# start-up (``preflight.trainers.rule_ignored_options``): a run must never accept a setting and then ignore it.
+OPTIONS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("trainer.v1.trainer_mode", ("v1.sync", "v1.colocate_async"),
+     "it selects verl's v1 trainer mode; set trainer.use_v1=true to train on verl's v1 trainer"),
+    ("trainer.v1.sync.", ("v1.sync",), "it configures trainer_mode=sync"),
+    ("trainer.v1.colocate_async.", ("v1.colocate_async",), "it configures trainer_mode=colocate_async"),
+    ("trainer.v1.separate_async.", (), "the recipe does not run trainer_mode=separate_async"),
+    ("trainer.v1.sampler.max_off_policy_threshold", ("v1.colocate_async",),
+     "in sync mode every trained group comes from the current policy or the recipe's pool "
+     "(dapo.dynamic_sampling.max_staleness bounds its age)"),
+    ("trainer.v1.sampler.max_off_policy_strategy", ("v1.colocate_async",),
+     "in sync mode nothing is off-policy beyond dapo.dynamic_sampling.max_staleness"),
+    ("trainer.v1.sampler.sync_refill_failed_groups", (),
+     "the recipe's sampler always refills what failed groups leave missing (counted in dynamic_sampling/failed_groups)"),
+    ("algorithm.filter_groups.max_inflight_gen_batches", (),
+     "the recipe's sampler sizes what is in flight from the deficit (dapo.dynamic_sampling.round_sizing, "
+     "safety_margin, max_round_prompts)"),
+)
+
+
 def v1_entry(mode: str) -> Optional[TrainerEntry]:
     """The v1 trainer of ``trainer.v1.trainer_mode=mode`` (None when the recipe has none)."""
     return next((entry for entry in TRAINERS if entry.use_v1 and entry.mode == mode), None)
