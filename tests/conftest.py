@@ -38,9 +38,15 @@ def compose_recipe_config(overrides: list[str] = ()):
 
 
 def small_run(data_overrides, *extra) -> list[str]:
-    """Overrides of a valid small configuration (the default CPU run's sizes) on the given data, plus ``extra``."""
+    """Overrides of a valid small configuration (the default CPU run's sizes on a 2-GPU node, no model parallelism:
+    the tiny model has 2 attention heads) on the given data, plus ``extra``."""
     return [
         *data_overrides,
+        "trainer.nnodes=1",
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1",
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size=1",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "data.max_response_length=32",
         "data.train_batch_size=4",
         "data.gen_batch_size=8",

@@ -74,8 +74,6 @@ GROUPS = ["platform=cpu", "size=cpu_tiny"]
 COMMON = [
     "data.max_prompt_length=128",
     "data.val_batch_size=128",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64",
     "actor_rollout_ref.rollout.val_kwargs.n=4",
     "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
     "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
@@ -149,6 +147,9 @@ def arm_overrides(arm: str, seed: int, steps: int, args, assets: dict[str, str],
         f"actor_rollout_ref.rollout.n={args.n}",
         # one micro-batch per mini-batch (verl needs the mini-batch's responses divisible by it)
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.mini_batch_size * args.n}",
+        # the same for log-probs: a partial step (whole mini-batches) divides into them too
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.mini_batch_size * args.n}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={args.mini_batch_size * args.n}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         f"algorithm.filter_groups.max_num_gen_batches={args.max_gen_batches}",
         f"trainer.total_training_steps={steps}",
