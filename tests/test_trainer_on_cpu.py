@@ -154,8 +154,9 @@ class RecordingRolloutManager:
 class RecordingActorWorkerGroup:
     """The actor side of verl's hybrid worker group: log-probs and updates on padding-free TensorDicts."""
 
-    def __init__(self, device: Device):
+    def __init__(self, device: Device, grad_norm=lambda version: 1.0):
         self.device = device
+        self.grad_norm = grad_norm  # per update (the engine's clipped gradient norm; verl skips a non-finite one)
         self.trained_groups: list[int] = []
         self.trained_sequences: list[list[tuple]] = []  # per update: each row's token ids, in training order
 
@@ -184,7 +185,8 @@ class RecordingActorWorkerGroup:
         self.device.events.append(("update_actor", self.device.actor_version))
         self.trained_groups.append(batch_td.batch_size[0] // N)
         self.trained_sequences.append([tuple(row.tolist()) for row in batch_td["input_ids"].unbind()])
-        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
+        metrics = {"mfu": 0.0, "pg_loss": 0.0, "grad_norm": self.grad_norm(self.device.actor_version)}
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": metrics})
 
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
         import os
@@ -424,3 +426,25 @@ def test_prompt_skipping_reads_verls_prompt_ids_and_a_resumed_run_skips_and_trai
     assert resumed.sampler.skipper.state_dict()["keys"] == whole.sampler.skipper.state_dict()["keys"]
     assert first.actor_rollout_wg.trained_sequences + resumed.actor_rollout_wg.trained_sequences == expected
     assert [int(RecordingTracker.logged[s].get("dynamic_sampling/skip/skipped_prompts", 0)) for s in (4, 5)] == skipped[3:]
+
+
+def test_a_non_finite_update_is_counted_and_shown_and_training_goes_on(tmp_path, inputs, monkeypatch):
+    from recipe_dapo.tracking.console import format_step_line
+
+    trainer, device = build_trainer(tmp_path, inputs, monkeypatch)
+    trainer.actor_rollout_wg = RecordingActorWorkerGroup(device, grad_norm=lambda v: float("nan") if v == 2 else 1.0)
+    trainer.fit()
+    logged = RecordingTracker.logged
+    assert [logged[step].get("training/update_skipped") for step in (1, 2, 3, 5)] == [0.0, 1.0, 0.0, 0.0]
+    assert logged[5]["training/skipped_updates"] == 1.0
+    assert "UPDATE SKIPPED" in format_step_line(2, 5, logged[2]) and "UPDATE SKIPPED" not in format_step_line(3, 5, logged[3])
+
+
+def test_updates_skipped_in_a_row_stop_the_run_saying_what_to_check(tmp_path, inputs, monkeypatch):
+    from recipe_dapo.trainers.step_metrics import NonFiniteUpdates
+
+    trainer, device = build_trainer(tmp_path, inputs, monkeypatch, "dapo.health.max_skipped_updates=2")
+    trainer.actor_rollout_wg = RecordingActorWorkerGroup(device, grad_norm=lambda v: float("inf"))
+    with pytest.raises(NonFiniteUpdates, match="the last 2 steps' updates were all skipped .* Check the rewards"):
+        trainer.fit()
+    assert trainer.global_steps == 2

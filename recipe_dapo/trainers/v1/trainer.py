@@ -35,7 +35,7 @@ from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
 from recipe_dapo.tracking.tracker import open_tracking
-from recipe_dapo.trainers.step_metrics import RESPONSE_TOKENS_METRIC
+from recipe_dapo.trainers.step_metrics import RESPONSE_TOKENS_METRIC, UpdateGuard
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
 from recipe_dapo.trainers.validation_metrics import add_problem_metrics
@@ -53,6 +53,7 @@ class _DAPOOnV1:
                 "needs recipe_dapo.trainers.v1.replay_buffer.DAPOReplayBuffer (the recipe's config sets it)"
             )
         self._stop_ids: Optional[list[int]] = None
+        self.update_guard = UpdateGuard(config.dapo.health.max_skipped_updates)
         if config.dapo.seeded_rollouts:
             logger.warning("dapo.seeded_rollouts applies to the classic trainer only: on verl's v1 trainer which prompts "
                            "a refill submits depends on the order in which groups finish, so runs do not repeat exactly")
@@ -64,7 +65,13 @@ class _DAPOOnV1:
         return {}
 
     def _update_actor(self, batch, metrics: dict):
-        """The actor update; with overlong filtering, truncated responses are masked out of the loss for it.
+        """The actor update (a skipped, non-finite one is counted or stops the run: ``step_metrics.UpdateGuard``)."""
+        result = self._update_actor_filtered(batch, metrics)
+        self.update_guard.observe(metrics, self.global_steps)
+        return result
+
+    def _update_actor_filtered(self, batch, metrics: dict):
+        """verl's actor update; with overlong filtering, truncated responses are masked out of the loss for it.
 
         The masks in TransferQueue are put back afterwards, so verl's data metrics describe every trained response.
         """
@@ -145,7 +152,8 @@ class _DAPOOnV1:
 
     def _save_checkpoint(self):
         """The sampler (with its pooled groups' trajectories) first, then verl's checkpoint (``checkpoint_state``)."""
-        save_recipe_state(self.config, self.global_steps, {"replay_buffer": self.replay_buffer.state_dict()})
+        save_recipe_state(self.config, self.global_steps, {"replay_buffer": self.replay_buffer.state_dict(),
+                                                           "update_guard": self.update_guard.state_dict()})
         super()._save_checkpoint()
 
     def _load_checkpoint(self):
@@ -155,6 +163,7 @@ class _DAPOOnV1:
             return
         # In the async modes verl restored TransferQueue itself, with the prompts that were still generating.
         self.replay_buffer.load_state_dict(state["replay_buffer"], restored_in_flight=self._restored_tq_prompt_count)
+        self.update_guard.load_state_dict(state.get("update_guard", {}))
         logger.info("resumed dynamic sampling at step %d (%d groups pooled)", self.global_steps,
                     self.replay_buffer.sampler.pooled_groups)
 
