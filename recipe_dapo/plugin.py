@@ -24,6 +24,9 @@ POLICY_LOSS_REGISTRY_MODULE = "verl.trainer.ppo.core_algos"
 REWARD_MANAGER_REGISTRY_MODULE = "verl.experimental.reward_loop.reward_manager"
 AGENT_LOOP_REGISTRY_MODULE = "verl.experimental.agent_loop"
 
+SEEDED_AGENT_LOOP = "recipe_dapo_seeded"
+"""The name the seeded agent loop registers under (``trainers.classic.seeded_agent_loop``)."""
+
 # module that registers a component -> the verl module it registers into
 COMPONENT_MODULES = {
     "recipe_dapo.loss.dapo": POLICY_LOSS_REGISTRY_MODULE,
@@ -48,12 +51,10 @@ def registered_components() -> dict[str, bool]:
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-    from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME
-
     return {
         "policy_loss:dapo": "dapo" in POLICY_LOSS_REGISTRY,
         "reward_manager:recipe_dapo": "recipe_dapo" in REWARD_MANAGER,
-        f"agent_loop:{AGENT_NAME}": AGENT_NAME in _agent_loop_registry,
+        f"agent_loop:{SEEDED_AGENT_LOOP}": SEEDED_AGENT_LOOP in _agent_loop_registry,
     }
 
 

@@ -8,7 +8,7 @@ with an uninterrupted one. With ``dapo.seeded_rollouts`` the trainer gives each 
 
 (distinct per response, so the ``n`` responses of a prompt still differ), and the ``recipe_dapo_seeded`` agent loop
 (``seeded_agent_loop``: verl's single-turn loop, in verl's agent-loop registry) passes it to vLLM as
-``SamplingParams.seed``. This module is pure (numpy only).
+``SamplingParams.seed``. This module is pure (numpy, and the registered name from the plugin).
 On CPU this makes generation repeatable; on GPUs vLLM's numerics still depend on batch composition unless
 ``actor_rollout_ref.rollout.full_determinism`` is on, and per-request generators cost some sampling speed.
 """
@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from recipe_dapo.plugin import SEEDED_AGENT_LOOP as AGENT_NAME  # the plugin names what it registers
+
 SEED_COLUMN = "rollout_seed"
-AGENT_NAME = "recipe_dapo_seeded"
 SEEDABLE_AGENT_LOOPS = ("single_turn_agent",)
 """verl agent loops the seeded loop can stand in for (it is verl's single-turn loop plus the seed)."""
 
