@@ -37,7 +37,8 @@ def run(config: DictConfig) -> None:
     """Check the configuration, then train (verl's run_ppo starts Ray and the task runner)."""
     attach_log_file(config)  # every line of the run to <experiment>.log (when the console router is installed)
     apply_cpu_kv_cache(config)  # platform=cpu: vLLM's KV cache sized in GiB from the run's shapes
-    check_config(config, where="the driver")
+    report = check_config(config, where="the driver")
+    print(recipe_line("\n".join(report.summary_lines())), flush=True)
     trainer = trainer_for(config)
     print(recipe_line(trainer.log_line()), flush=True)
     from verl.trainer.main_ppo import run_ppo
