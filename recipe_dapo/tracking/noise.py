@@ -15,6 +15,7 @@ removed; lines written before the run's name is known are kept in memory until t
   Python's ``warnings`` print), unless :data:`NOISE` lists them as known noise; a Python warning's source line goes
   with it;
 - tracebacks, whole, and exception lines; the driver's own stderr (a refused configuration, a 'did you mean');
+  Ray's ``(raylet)`` lines (a worker died, memory ran low);
 - the recipe's progress bar.
 
 Everything else (verl's prints, vLLM's argv and engine config, INFO logs, other progress bars) is in the log file
@@ -226,8 +227,8 @@ class RecipeLineFormatter(logging.Formatter):
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# Ray's prefix of a forwarded worker line, colours removed: "(Actor pid=123, ip=...) ".
-_RAY_PREFIX = re.compile(r"^\([^()]*pid=[^()]*\) ?")
+# Ray's prefix of a forwarded worker line, colours removed: "(Actor pid=123, ip=...) ", or Ray's own "(raylet) ".
+_RAY_PREFIX = re.compile(r"^\((?:[^()]*pid=[^()]*|raylet[^()]*)\) ?")
 # vLLM's prefix of its engine processes' lines, inside Ray's: "(EngineCore pid=19027) ".
 _PROCESS_PREFIX = re.compile(r"^\([\w.-]+ pid=\d+\) ")
 _PYTHON_WARNING = re.compile(r":\d+: \w*Warning: ")
@@ -245,7 +246,7 @@ _GLOG = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 _DRIVER_RECIPE_LOG = re.compile(r"^\[[^\]]*\]\[recipe_dapo[\w.]*\]\[INFO\] - (?P<message>.*)$")
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
-_PROGRESS = re.compile(r"^DAPO training steps:\s+\d+%\|")
+_PROGRESS = re.compile(r"^\r*DAPO training steps:\s+\d+%\|")
 
 
 def level_of(body: str) -> Optional[str]:
@@ -277,17 +278,19 @@ class ConsoleRouter:
         # Per source (Ray prefix): what the next line continues (a warning's source line, a traceback).
         self._warning_source: dict[str, bool] = {}
         self._traceback: dict[str, str] = {}
+        self._lock = threading.Lock()  # Ray prints worker lines from its own thread
 
     def route(self, line: str, driver_stderr: bool = False) -> Optional[str]:
         """The text the console shows for ``line`` (one line, no newline), or None: the log file only.
 
         ``driver_stderr``: the line was written on the driver's ``sys.stderr`` (a forwarded worker line carries
         Ray's prefix and is told apart by it)."""
-        self.lines += 1
-        shown = self._route(line, driver_stderr)
-        if shown is not None:
-            self.shown += 1
-        return shown
+        with self._lock:
+            self.lines += 1
+            shown = self._route(line, driver_stderr)
+            if shown is not None:
+                self.shown += 1
+            return shown
 
     def _route(self, line: str, driver_stderr: bool) -> Optional[str]:
         plain = _ANSI.sub("", line)
@@ -297,14 +300,16 @@ class ConsoleRouter:
             return body[len(TAG):]
         if self.show_all:
             return line
+        if _PROGRESS.match(body):
+            return body
+        if prefix.startswith("(raylet"):
+            return line  # Ray's node manager: a worker died, memory ran low, objects spilled
         continued = self._continuation(prefix, body)
         if continued is not None:
             return line if continued else None
         if body.startswith(_TRACEBACK):
             self._traceback[prefix] = "frames"
             return line
-        if _PROGRESS.match(body):
-            return body
         level = level_of(body)
         if level in ("WARNING", "ERROR", "CRITICAL"):
             shown = self._not_noise(body)
