@@ -310,18 +310,17 @@ class ConsoleRouter:
         if body.startswith(_TRACEBACK):
             self._traceback[prefix] = "frames"
             return line
+        recipe_log = None if prefix else _DRIVER_RECIPE_LOG.match(body)
+        if recipe_log:
+            return recipe_log.group("message")
         level = level_of(body)
         if level in ("WARNING", "ERROR", "CRITICAL"):
             shown = self._not_noise(body)
             if _PYTHON_WARNING.search(body):
                 self._warning_source[prefix] = shown
             return line if shown else None
-        if level is None and not prefix:
-            recipe_log = _DRIVER_RECIPE_LOG.match(body)
-            if recipe_log:
-                return recipe_log.group("message")
-            if driver_stderr and body.strip():
-                return line if self._not_noise(body) else None
+        if level is None and not prefix and driver_stderr and body.strip():
+            return line if self._not_noise(body) else None
         return None
 
     def _continuation(self, prefix: str, body: str) -> Optional[bool]:
@@ -511,8 +510,8 @@ def attach_log_file(config) -> Optional[str]:
     if _ACTIVE is None:
         return None
     path = _ACTIVE.log_file.attach(log_file_path(config))
-    what = "every line" if _ACTIVE.router.show_all else f"every line of verl, vLLM and Ray ({DISABLE_ENV}=0 shows them here)"
-    print(recipe_line(f"log file: {path}: {what}"), flush=True)
+    shown = "" if _ACTIVE.router.show_all else f" ({DISABLE_ENV}=0 shows them here)"
+    print(recipe_line(f"log file: {path}: every line of verl, vLLM and Ray{shown}"), flush=True)
     return path
 
 
