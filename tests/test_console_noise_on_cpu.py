@@ -292,3 +292,17 @@ def test_the_classic_trainer_line_says_why_it_is_the_default_despite_verls_depre
 def test_every_noise_entry_says_who_prints_it_and_why():
     for entry in NOISE:
         assert entry.source and entry.why, entry.pattern
+
+
+def test_a_refusal_before_the_run_is_named_leaves_no_stray_log_file(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    log_file, router, console = LogFile(), ConsoleRouter(), io.StringIO()
+    stream = RoutedStream(console, router, log_file, is_stderr=True)
+    stream.write("Could not override 'trainer.total_training_stepz'.\nKey 'total_training_stepz' is not in struct\n")
+    log_file.close()
+    assert console.getvalue().count("\n") == 2 and log_file.path is None and not list(tmp_path.iterdir())
+    # A line the console did not show is kept in a file in the temporary folder.
+    stream.write("INFO:2026-11-24 03:17:16,137:Platform override from VERL_PLATFORM: cpu\n")
+    log_file.close()
+    assert log_file.path == str(tmp_path / f"recipe_dapo-{os.getpid()}.log")
+    assert "Platform override" in open(log_file.path).read()

@@ -362,10 +362,12 @@ class LogFile:
         self.path: Optional[str] = None
         self.lines = 0
         self._held: list[str] = []
+        self._held_not_shown = 0
         self._file = None
         self._lock = threading.RLock()
 
-    def write(self, line: str) -> None:
+    def write(self, line: str, shown: bool = False) -> None:
+        """Append ``line``; ``shown``: the console showed it too (held lines all shown need no file at exit)."""
         line = _ANSI.sub("", line) + "\n"
         with self._lock:
             self.lines += 1
@@ -373,6 +375,7 @@ class LogFile:
                 self._file.write(line)
                 return
             self._held.append(line)
+            self._held_not_shown += not shown
             if len(self._held) > self.MEMORY_LINES:
                 self.attach(_fallback_path())
 
@@ -389,13 +392,15 @@ class LogFile:
             self._file.write(f"===== {time.strftime('%Y-%m-%d %H:%M:%S %z')} pid {os.getpid()}: "
                              f"{' '.join(sys.argv)}\n")
             self._file.writelines(self._held)
-            self._held = []
+            self._held, self._held_not_shown = [], 0
             self.path = path
         return path
 
     def close(self) -> None:
+        """Flush; lines still held (no file was named) go to a file in the temporary folder unless the console
+        showed every one of them (a refused configuration before the run's name was known)."""
         with self._lock:
-            if self._file is None and self._held:
+            if self._file is None and self._held_not_shown:
                 self.attach(_fallback_path())
             if self._file is not None:
                 self._file.flush()
@@ -426,14 +431,15 @@ class RoutedStream(io.TextIOBase):
             self._pending += text
             *lines, self._pending = self._pending.split("\n")
             for line in lines:
-                self.log_file.write(line)
                 if self._record is not None:
                     self._record.write(f"{2 if self.is_stderr else 1}|{line}\n")
                 if self._flushed:
                     self.stream.write(line[self._flushed:] + "\n")
                     self._flushed = 0
+                    self.log_file.write(line, shown=True)
                     continue
                 shown = self.router.route(line, driver_stderr=self.is_stderr)
+                self.log_file.write(line, shown=shown is not None)
                 if shown is not None:
                     self.stream.write(shown + "\n")
         return len(text)
