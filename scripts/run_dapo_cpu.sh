@@ -12,7 +12,10 @@
 # Env:       TOKENIZER_PATH (tokenizer for the built model; default: a 512-token BPE trained on the synthetic
 #            data, so the run needs nothing from outside; e.g. TOKENIZER_PATH=../shared/data/qwen2.5-tokenizer
 #            builds the model on the real Qwen2.5 vocabulary, ~20x slower per step on CPU),
-#            WORK_DIR (assets, checkpoints, logs; default runs/dapo_cpu), PYTHON.
+#            WORK_DIR (assets, checkpoints, logs; default runs/dapo_cpu), PYTHON,
+#            DAPO_CONSOLE_FILTER=0 (every line of verl, vLLM and Ray on the console too; they always go to
+#            $WORK_DIR/recipe_dapo/dapo_cpu.log), DAPO_LOG_FILE (that log file's path instead).
+# Order:     a mistyped key or a refused setting is reported in ~2 s, before the default inputs are built.
 # Check:     DRY_RUN=1 bash scripts/run_dapo_cpu.sh   (composes the config and runs the start-up checks; builds
 #            nothing, starts nothing)
 set -euo pipefail
