@@ -59,12 +59,15 @@ class refusals_exit_cleanly:
         return self
 
     def __exit__(self, kind, error, traceback):
-        from recipe_dapo.plugin import PluginNotLoadedError  # here: importing the plugin may import verl
+        if error is None:
+            return False
+        if not isinstance(error, DAPOConfigError):  # a tier-1 refusal must not wait for verl's import
+            from recipe_dapo.plugin import PluginNotLoadedError  # here: importing the plugin may import verl
 
-        if isinstance(error, (DAPOConfigError, PluginNotLoadedError)):
-            print(f"\n{error}\n", file=sys.stderr, flush=True)
-            raise SystemExit(1)
-        return False
+            if not isinstance(error, PluginNotLoadedError):
+                return False
+        print(f"\n{error}\n", file=sys.stderr, flush=True)
+        raise SystemExit(1)
 
 
 def main(hydra_main=_hydra_main) -> None:

@@ -412,3 +412,26 @@ def test_cpu_run_refuses_a_mistyped_key_or_a_refused_setting_before_building_its
         assert not work.exists(), f"{name}: {sorted(p.name for p in work.rglob('*'))} built before the refusal"
     # Each is a Python process that composes the config without importing verl or torch (~2 s alone).
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("extra", [[], ["algorithm.filter_groups.metric=nope"]], ids=["passes", "refused"])
+def test_the_rules_only_dry_run_imports_neither_verl_nor_torch(extra, tmp_path):
+    """What run_dapo_cpu.sh runs before building its inputs stays a ~2 s check, whether it passes or refuses."""
+    absent = tmp_path / "absent"
+    args = ["platform=cpu", "size=cpu_tiny", f"data.train_files={absent}/t.parquet",
+            f"data.val_files={absent}/v.parquet", f"actor_rollout_ref.model.path={absent}/model", *extra]
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['dry_run', *{args!r}]\n"
+        "try:\n"
+        "    runpy.run_module('recipe_dapo.dry_run', run_name='__main__')\n"
+        "finally:\n"
+        "    print('IMPORTED', 'verl' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "DAPO_DRY_RUN_RULES_ONLY": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == (1 if extra else 0), result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "IMPORTED False False", result.stdout + result.stderr
+    assert ("refused the configuration" in result.stderr) == bool(extra)
