@@ -498,14 +498,12 @@ def install_console_filter() -> RunOutput:
 
 
 def log_file_path(config) -> str:
-    """``$DAPO_LOG_FILE``, else ``<experiment>.log`` beside the metrics file (verl's ``FileLogger`` layout, as
-    ``recipe_dapo.tracking.run_log.metrics_file_path``: that module imports verl, this one must not)."""
+    """``$DAPO_LOG_FILE``, else ``<experiment>.log`` beside the metrics file (verl's ``FileLogger`` layout)."""
+    from recipe_dapo.tracking.run_log import metrics_file_path  # verl-free
+
     if os.environ.get(LOG_FILE_ENV):
         return os.path.abspath(os.environ[LOG_FILE_ENV])
-    metrics = os.getenv("VERL_FILE_LOGGER_PATH")
-    if metrics is None:
-        root = os.path.expanduser(os.getenv("VERL_FILE_LOGGER_ROOT", "."))
-        metrics = os.path.join(root, str(config.trainer.project_name), f"{config.trainer.experiment_name}.jsonl")
+    metrics = metrics_file_path(str(config.trainer.project_name), str(config.trainer.experiment_name))
     stem = metrics[: -len(".jsonl")] if metrics.endswith(".jsonl") else metrics
     return os.path.abspath(stem + ".log")
 
