@@ -47,7 +47,7 @@ VERL_V1 = [
 
 def run_verl_v1(overrides: list[str]) -> None:
     """The ``verl_v1`` arm's process: the same composed config, trained by verl's TaskRunnerV1."""
-    from recipe_dapo.tracking.noise import install_console_filter
+    from recipe_dapo.tracking.noise import attach_log_file, install_console_filter
 
     install_console_filter()
     from hydra import compose, initialize_config_module
@@ -57,6 +57,7 @@ def run_verl_v1(overrides: list[str]) -> None:
 
     with initialize_config_module("recipe_dapo.config", version_base=None):
         config = compose("dapo_trainer", overrides=overrides)
+    attach_log_file(config)
     apply_cpu_kv_cache(config)
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 

@@ -12,6 +12,9 @@ here). ``DAPO_DRY_RUN_REQUIRE_FILES=1`` makes an absent file an error again.
 
 Exit status 0 when the configuration is valid, 1 otherwise (each problem names its key and its fix).
 ``DAPO_DRY_RUN_PRINT_CONFIG=1`` also prints the resolved configuration as YAML, like Hydra's ``--cfg job``.
+``DAPO_DRY_RUN_RULES_ONLY=1`` composes and runs tier 1 only (``preflight.check_rules``: no verl, torch or tokenizer,
+about 2 s; absent inputs not checked) and prints nothing when they pass: what ``scripts/run_dapo_cpu.sh`` runs before
+it builds the default model and data, so that a mistyped key or a refused setting is reported first.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.main_dapo import main as run_main
 from recipe_dapo.main_dapo import refusals_exit_cleanly
-from recipe_dapo.preflight import CheckReport, check_config
+from recipe_dapo.preflight import CheckReport, check_config, check_rules
 
 logger = logging.getLogger(__name__)
 
 REQUIRE_FILES_ENV = "DAPO_DRY_RUN_REQUIRE_FILES"
 PRINT_CONFIG_ENV = "DAPO_DRY_RUN_PRINT_CONFIG"
+RULES_ONLY_ENV = "DAPO_DRY_RUN_RULES_ONLY"
 
 # Hydra settings of the dry run only: no outputs/ folder, no log file, no Hydra logging set-up. They go
 # first on the command line, so a user's own hydra.* override still wins.
@@ -78,6 +82,10 @@ def _hydra_main(config: DictConfig) -> None:
             sys.stdout.write(OmegaConf.to_yaml(config, resolve=True))
         except Exception:  # an interpolation that does not resolve: the checks below name it
             sys.stdout.write(OmegaConf.to_yaml(config))
+    if os.environ.get(RULES_ONLY_ENV, "0") not in ("", "0", "false"):
+        with refusals_exit_cleanly():
+            check_rules(config, CheckReport(absent_inputs_ok=True, dry_run=True))
+        return
     with refusals_exit_cleanly():
         report = dry_run(config)
     log_report(report)

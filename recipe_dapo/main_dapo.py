@@ -12,7 +12,8 @@ registers for ``trainer.v1.trainer_mode`` (sync or colocate_async) on verl's v1 
 from __future__ import annotations
 
 if __name__ == "__main__":
-    # First, before verl is imported: importing it already prints known noise (console_noise lists it).
+    # First, before verl is imported: importing it already prints (every line to the log file, the recipe's
+    # lines, warnings and errors to the console: tracking/noise.py).
     from recipe_dapo.tracking.noise import install_console_filter
 
     install_console_filter()
@@ -26,6 +27,7 @@ from omegaconf import DictConfig  # noqa: E402
 import recipe_dapo.config  # noqa: E402,F401  (registers what Hydra needs to compose the config)
 from recipe_dapo.cpu.memory import apply_cpu_kv_cache  # noqa: E402
 from recipe_dapo.preflight import DAPOConfigError, check_config  # noqa: E402
+from recipe_dapo.tracking.noise import attach_log_file, recipe_line  # noqa: E402
 from recipe_dapo.trainers.table import load, trainer_for  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -33,10 +35,12 @@ logger = logging.getLogger(__name__)
 
 def run(config: DictConfig) -> None:
     """Check the configuration, then train (verl's run_ppo starts Ray and the task runner)."""
+    attach_log_file(config)  # every line of the run to <experiment>.log (when the console router is installed)
     apply_cpu_kv_cache(config)  # platform=cpu: vLLM's KV cache sized in GiB from the run's shapes
-    check_config(config, where="the driver")
+    report = check_config(config, where="the driver")
+    print(recipe_line("\n".join(report.summary_lines())), flush=True)
     trainer = trainer_for(config)
-    print(trainer.log_line(), flush=True)
+    print(recipe_line(trainer.log_line()), flush=True)
     from verl.trainer.main_ppo import run_ppo
 
     run_ppo(config, task_runner_class=load(trainer.task_runner))
@@ -55,12 +59,15 @@ class refusals_exit_cleanly:
         return self
 
     def __exit__(self, kind, error, traceback):
-        from recipe_dapo.plugin import PluginNotLoadedError  # here: importing the plugin may import verl
+        if error is None:
+            return False
+        if not isinstance(error, DAPOConfigError):  # a tier-1 refusal must not wait for verl's import
+            from recipe_dapo.plugin import PluginNotLoadedError  # here: importing the plugin may import verl
 
-        if isinstance(error, (DAPOConfigError, PluginNotLoadedError)):
-            print(f"\n{error}\n", file=sys.stderr, flush=True)
-            raise SystemExit(1)
-        return False
+            if not isinstance(error, PluginNotLoadedError):
+                return False
+        print(f"\n{error}\n", file=sys.stderr, flush=True)
+        raise SystemExit(1)
 
 
 def main(hydra_main=_hydra_main) -> None:

@@ -12,7 +12,10 @@
 # Env:       TOKENIZER_PATH (tokenizer for the built model; default: a 512-token BPE trained on the synthetic
 #            data, so the run needs nothing from outside; e.g. TOKENIZER_PATH=../shared/data/qwen2.5-tokenizer
 #            builds the model on the real Qwen2.5 vocabulary, ~20x slower per step on CPU),
-#            WORK_DIR (assets, checkpoints, logs; default runs/dapo_cpu), PYTHON.
+#            WORK_DIR (assets, checkpoints, logs; default runs/dapo_cpu), PYTHON,
+#            DAPO_CONSOLE_FILTER=0 (every line of verl, vLLM and Ray on the console too; they always go to
+#            $WORK_DIR/recipe_dapo/dapo_cpu.log), DAPO_LOG_FILE (that log file's path instead).
+# Order:     a mistyped key or a refused setting is reported in ~2 s, before the default inputs are built.
 # Check:     DRY_RUN=1 bash scripts/run_dapo_cpu.sh   (composes the config and runs the start-up checks; builds
 #            nothing, starts nothing)
 set -euo pipefail
@@ -21,25 +24,36 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib/python.sh"  # sets PYTHON
 WORK_DIR=${WORK_DIR:-$ROOT/runs/dapo_cpu}
 
-if [[ "${DRY_RUN:-0}" == 1 ]]; then
-  # The default inputs' paths as the build would write them; absent ones are reported "not checked".
-  : "${MODEL_PATH:=$WORK_DIR/assets/model}" "${TRAIN_FILE:=$WORK_DIR/assets/data/train.parquet}"
-  : "${VAL_FILE:=$WORK_DIR/assets/data/val.parquet}"
-  ENTRY=recipe_dapo.dry_run
-else
-  if [[ -z "${MODEL_PATH:-}" || -z "${TRAIN_FILE:-}" || -z "${VAL_FILE:-}" ]]; then
-    # Prints MODEL_PATH=..., TRAIN_FILE=..., VAL_FILE=... for the built (or reused) default inputs.
-    eval "$("$PYTHON" -m recipe_dapo.cpu.assets --out "$WORK_DIR/assets" ${TOKENIZER_PATH:+--tokenizer "$TOKENIZER_PATH"} | grep -E '^(MODEL_PATH|TRAIN_FILE|VAL_FILE)=')"
-  fi
-  mkdir -p "$WORK_DIR" && cd "$WORK_DIR"
-  ENTRY=recipe_dapo.main_dapo
-fi
+# The inputs: yours (MODEL_PATH, TRAIN_FILE, VAL_FILE), else the default ones, built under $WORK_DIR/assets.
+BUILD_ASSETS=0
+if [[ -z "${MODEL_PATH:-}" || -z "${TRAIN_FILE:-}" || -z "${VAL_FILE:-}" ]]; then BUILD_ASSETS=1; fi
+overrides() {
+  # size=cpu_tiny holds the run's sizes (recipe_dapo/config/size/cpu_tiny.yaml); platform=cpu what the machine needs.
+  OVERRIDES=(platform=cpu size=cpu_tiny
+    data.train_files="${TRAIN_FILE:-$WORK_DIR/assets/data/train.parquet}"
+    data.val_files="${VAL_FILE:-$WORK_DIR/assets/data/val.parquet}"
+    actor_rollout_ref.model.path="${MODEL_PATH:-$WORK_DIR/assets/model}"
+    trainer.default_local_dir="$WORK_DIR/checkpoints"
+    trainer.experiment_name=dapo_cpu
+    "$@")
+}
+overrides "$@"
 
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false RAY_DEDUP_LOGS=0
-# size=cpu_tiny holds the run's sizes (recipe_dapo/config/size/cpu_tiny.yaml); platform=cpu what the machine needs.
-exec "$PYTHON" -m "$ENTRY" platform=cpu size=cpu_tiny \
-  data.train_files="$TRAIN_FILE" data.val_files="$VAL_FILE" \
-  actor_rollout_ref.model.path="$MODEL_PATH" \
-  trainer.default_local_dir="$WORK_DIR/checkpoints" \
-  trainer.experiment_name=dapo_cpu \
-  "$@"
+if [[ "${DRY_RUN:-0}" == 1 ]]; then
+  exec "$PYTHON" -m recipe_dapo.dry_run "${OVERRIDES[@]}"
+fi
+if [[ "$BUILD_ASSETS" == 1 ]]; then
+  # Configuration mistakes first (~2 s: Hydra's composition with its 'did you mean', and the start-up rules that
+  # need no verl), before the ~20 s build of the default inputs; main_dapo checks everything again at start-up.
+  DAPO_DRY_RUN_RULES_ONLY=1 "$PYTHON" -m recipe_dapo.dry_run "${OVERRIDES[@]}"
+  # Prints MODEL_PATH=..., TRAIN_FILE=..., VAL_FILE=... of the built (or reused) default inputs; yours stay.
+  BUILT=$("$PYTHON" -m recipe_dapo.cpu.assets --out "$WORK_DIR/assets" ${TOKENIZER_PATH:+--tokenizer "$TOKENIZER_PATH"} \
+          | grep -E '^(MODEL_PATH|TRAIN_FILE|VAL_FILE)=')
+  while IFS='=' read -r key value; do
+    if [[ -z "${!key:-}" ]]; then printf -v "$key" '%s' "$value"; fi
+  done <<< "$BUILT"
+  overrides "$@"
+fi
+mkdir -p "$WORK_DIR" && cd "$WORK_DIR"
+exec "$PYTHON" -m recipe_dapo.main_dapo "${OVERRIDES[@]}"

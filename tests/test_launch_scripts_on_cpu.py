@@ -383,3 +383,55 @@ def test_dry_run_mode_end_to_end_passes_a_good_config_and_names_the_key_of_a_bad
     assert "algorithm.filter_groups.metrc" in outputs["unknown key"], outputs["unknown key"]
     # The dry run leaves no Hydra output folder behind.
     assert not (Path(launch_env["WORK_DIR"]) / "outputs").exists()
+
+
+def test_cpu_run_refuses_a_mistyped_key_or_a_refused_setting_before_building_its_inputs(tmp_path):
+    """Issue 28, item 2: the start-up rules and Hydra's composition run before the default model and data are built
+    (about 20 s), so a mistake is reported in seconds and nothing is built."""
+    import time
+
+    env = {name: value for name, value in os.environ.items() if name not in CPU_RUN_VARIABLES}
+    env["PYTHON"] = sys.executable
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    mistakes = {
+        "mistyped key": ("trainer.total_training_stepz=2", "did you mean trainer.total_training_steps?"),
+        "refused value": ("algorithm.filter_groups.metric=nope", "algorithm.filter_groups.metric='nope'"),
+    }
+    started = time.monotonic()
+    runs = {}
+    for name, (override, _) in mistakes.items():
+        work = tmp_path / name.replace(" ", "_")
+        runs[name] = (work, subprocess.Popen(
+            ["bash", str(SCRIPTS / "run_dapo_cpu.sh"), override], env={**env, "WORK_DIR": str(work)},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ))
+    for name, (work, run) in runs.items():
+        output = run.communicate(timeout=120)[0]
+        assert run.returncode == 1, output
+        assert mistakes[name][1] in output, output
+        assert not work.exists(), f"{name}: {sorted(p.name for p in work.rglob('*'))} built before the refusal"
+    # Each is a Python process that composes the config without importing verl or torch (~2 s alone).
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("extra", [[], ["algorithm.filter_groups.metric=nope"]], ids=["passes", "refused"])
+def test_the_rules_only_dry_run_imports_neither_verl_nor_torch(extra, tmp_path):
+    """What run_dapo_cpu.sh runs before building its inputs stays a ~2 s check, whether it passes or refuses."""
+    absent = tmp_path / "absent"
+    args = ["platform=cpu", "size=cpu_tiny", f"data.train_files={absent}/t.parquet",
+            f"data.val_files={absent}/v.parquet", f"actor_rollout_ref.model.path={absent}/model", *extra]
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['dry_run', *{args!r}]\n"
+        "try:\n"
+        "    runpy.run_module('recipe_dapo.dry_run', run_name='__main__')\n"
+        "finally:\n"
+        "    print('IMPORTED', 'verl' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "DAPO_DRY_RUN_RULES_ONLY": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == (1 if extra else 0), result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "IMPORTED False False", result.stdout + result.stderr
+    assert ("refused the configuration" in result.stderr) == bool(extra)

@@ -32,6 +32,12 @@ class CheckReport:
     not_checked: list[str] = field(default_factory=list)
     summary: dict[str, object] = field(default_factory=dict)
 
+    def summary_lines(self, per_line: int = 4) -> list[str]:
+        """The run's shape in a few console lines: ``run: name: value | name: value | ...``."""
+        items = [f"{name}: {value}" for name, value in self.summary.items()]
+        return [("run: " if start == 0 else "     ") + " | ".join(items[start:start + per_line])
+                for start in range(0, len(items), per_line)]
+
 
 Rule = Callable[[DictConfig, CheckReport], Iterable[str]]
 

@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from recipe_dapo.dynamic_sampling.sampler import GENERATED_TOKENS, KEEP_RATE, NUM_GEN_ROUNDS
 from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
 from recipe_dapo.reward.metrics import ACC_MEAN
+from recipe_dapo.tracking.noise import RecipeLineFormatter
 from recipe_dapo.trainers.step_metrics import (
     RESPONSE_LENGTH_CLIP_RATIO,
     RESPONSE_LENGTH_MEAN,
@@ -236,7 +237,7 @@ def _ensure_handler(stream=None) -> None:
     """Console lines on stdout, message only, whatever the root logger's level (verl sets WARNING)."""
     if not any(getattr(handler, "_recipe_dapo_console", False) for handler in logger.handlers):
         handler = logging.StreamHandler(stream or sys.stdout)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(RecipeLineFormatter())  # marked for the driver's console router (tracking/noise.py)
         handler._recipe_dapo_console = True
         logger.addHandler(handler)
     elif stream is not None:

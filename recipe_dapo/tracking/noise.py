@@ -1,14 +1,29 @@
-"""Known console noise of a run, in one place, and the filter that hides it from the driver's console.
+"""The run's console and its log file: the console shows the recipe, the log file keeps every line.
 
-Every Ray worker's stdout and stderr reach the console through the driver, which prints them line by line
-on its own ``sys.stdout`` / ``sys.stderr``; :func:`install_console_filter` (called by
-``python -m recipe_dapo.main_dapo``) wraps those two streams, so one filter covers the driver and every
-worker. A line is hidden when it matches a pattern of :data:`NOISE`; a hidden Python warning's second line
-(its source line, ``  warnings.warn(...)``) goes with it. Nothing else is touched: the progress bar,
-errors, tracebacks and every warning not listed here still print. The logs Ray writes under
-``/tmp/ray/session_*/logs`` keep every line, and ``DAPO_CONSOLE_FILTER=0`` turns the filter off.
+Every Ray worker's stdout and stderr reach the driver, which prints them line by line on its own ``sys.stdout`` /
+``sys.stderr`` (``ray._private.worker.print_worker_logs``); :func:`install_console_filter` (called first by
+``python -m recipe_dapo.main_dapo``, before verl is imported) wraps those two streams, so one router sees the
+driver, every worker, vLLM's engine processes and Python's warnings. Every line goes to the **log file**
+(:func:`attach_log_file`: ``<experiment>.log`` beside the metrics file, ``$DAPO_LOG_FILE`` to choose; ANSI colours
+removed; lines written before the run's name is known are kept in memory until then). The **console** shows only
+(:class:`ConsoleRouter`, an allow-list):
 
-A new kind of noise is a new :class:`Noise` entry below, with who prints it and why it is noise here.
+- the recipe's own lines: a line marked by :func:`recipe_line` / :class:`RecipeLineFormatter` (the step, validation
+  and summary lines of ``recipe_dapo.tracking.console``, the trainer line), shown without Ray's ``(Actor pid=...)``
+  prefix, and the driver's ``recipe_dapo.*`` log lines;
+- warnings and errors (a logging level of WARNING or above in any of the formats verl, vLLM, Ray, Hydra, glog and
+  Python's ``warnings`` print), unless :data:`NOISE` lists them as known noise; a Python warning's source line goes
+  with it;
+- tracebacks, whole, and exception lines; the driver's own stderr (a refused configuration, a 'did you mean');
+  Ray's ``(raylet)`` lines (a worker died, memory ran low);
+- the recipe's progress bar.
+
+Everything else (verl's prints, vLLM's argv and engine config, INFO logs, other progress bars) is in the log file
+only. ``DAPO_CONSOLE_FILTER=0`` shows every line on the console too. At exit the console names the log file again,
+with how many lines it holds and how many the console did not show.
+
+A warning that is noise on this recipe's runs is a new :class:`Noise` entry below, with who prints it and why it is
+noise here; a line the recipe prints for the user goes through ``recipe_line`` (or the console logger).
 """
 
 from __future__ import annotations
@@ -19,17 +34,30 @@ import logging
 import os
 import re
 import sys
+import tempfile
+import threading
+import time
 from dataclasses import dataclass
-
-logger = logging.getLogger(__name__)
+from typing import Optional
 
 DISABLE_ENV = "DAPO_CONSOLE_FILTER"
+"""``0`` shows every line on the console (the log file is written either way)."""
+LOG_FILE_ENV = "DAPO_LOG_FILE"
+"""The log file's path, instead of ``<experiment>.log`` beside the metrics file."""
+TAG_ENV = "DAPO_CONSOLE_TAG"
+"""Set by :func:`install_console_filter` in the driver (Ray workers inherit it): recipe lines carry :data:`TAG`."""
+TAG = "[dapo] "
+"""The mark of a recipe line on its way to the driver; the router removes it from the console (the log file and
+Ray's own log files keep it: ``grep -F '[dapo]'`` lists the recipe's lines)."""
+RECORD_ENV = "DAPO_CONSOLE_RECORD"
+"""A path: every line the router sees is also appended there as it came, ``1|`` or ``2|`` (stdout/stderr) first;
+what ``tests/fixtures/console_cpu_run.txt`` was recorded with."""
 
 
 @dataclass(frozen=True)
 class Noise:
     pattern: str
-    """Regular expression searched in each console line (after Ray's ``(Actor pid=...)`` prefix)."""
+    """Regular expression searched in each warning line (after Ray's ``(Actor pid=...)`` prefix)."""
     source: str
     """Who prints it, and how."""
     why: str
@@ -105,70 +133,323 @@ NOISE: tuple[Noise, ...] = (
         "only with data.truncation=left, which the start-up check allows and counts (it refuses the rest)",
         once=True,
     ),
+    Noise(
+        r"Class 'verl\.trainer\.ppo\.ray_trainer\.RayPPOTrainer' is deprecated",
+        "verl's @deprecated on RayPPOTrainer, FutureWarning when the classic trainer is built",
+        "the trainer line at start-up says it in the recipe's words: why the recipe keeps the classic trainer as "
+        "its default on verl 0.9.1, and trainer.use_v1=true to switch",
+    ),
+    Noise(
+        r"Failed to import the DeepSelect extension",
+        "vllm.v1.attention.backends.mla (indexer_topk), logger.warning in every process that imports it",
+        "a top-k kernel for sparse-attention (MLA) models; the recipe's models do not use it",
+    ),
+    Noise(
+        r"Model Runner V2 requires Triton|Triton is installed, but `triton\.backends` could not be imported",
+        "vllm.config.vllm and vllm.triton_utils, logger.warning / print per engine process",
+        "vLLM-CPU runs without Triton and falls back to the V1 model runner, as intended",
+    ),
+    Noise(
+        r"IPC is not supported on your devices\. Falling back to shared memory",
+        "verl.workers.rollout.vllm_rollout, logger.warning per worker",
+        "CPU has no device IPC; the shared-memory transfer is the CPU path (the Ascend advice does not apply)",
+    ),
+    Noise(
+        r"Token authentication is enabled for this Ray cluster",
+        "ray._private.authentication, logger.warning in the driver at ray.init",
+        "the local Ray cluster verl starts for the run; RAY_AUTH_MODE=disabled turns it off",
+    ),
+    Noise(
+        r"LoRA dynamic loading & unloading is enabled in the API server",
+        "vllm.entrypoints.serve.lora, logger.warning when VLLM_ALLOW_RUNTIME_LORA_UPDATING is set",
+        "verl's runtime env sets it for every run; the server listens on the node only, for verl's agent loop",
+    ),
+    Noise(
+        r"Enforce eager set, disabling torch\.compile|Inductor compilation was disabled by user settings|"
+        r"Reset SSM cache type to float32",
+        "vllm.config / vllm.platforms.cpu, logger.warning per engine process",
+        "platform=cpu runs vLLM eager on purpose (enforce_eager); SSM caches are unused by the recipe's models",
+    ),
+    Noise(
+        r"Default vLLM sampling parameters have been overridden by the model's `generation_config\.json`",
+        "vllm.config.model, logger.warning per server",
+        "verl passes its own sampling parameters (rollout.temperature, top_p, ...) with every request",
+    ),
+    Noise(
+        r"Passing raw prompts to InputProcessor is deprecated",
+        "vllm.v1.engine.input_processor, logger.warning_once per server",
+        "how verl 0.9.1's vLLM server calls vLLM; a library deprecation, not the run's",
+    ),
+    Noise(
+        r"agent loop only support torch and npu profiler, got None",
+        "verl.experimental.agent_loop, logger.warning per server",
+        "no profiler configured (global_profiler.tool unset), as on every run that does not profile",
+    ),
+    Noise(
+        r"WARNING: val_batch_size is deprecated",
+        "verl.utils.config.validate_config, print",
+        "verl sends the validation set to vLLM whole; the recipe still uses data.val_batch_size to size the CPU KV "
+        "cache (recipe_dapo.cpu.memory)",
+    ),
+    Noise(
+        r"NUMA binding: Using MEMBIND policy",
+        "torch c10 (utils.cpp), glog warning when vLLM-CPU binds its worker",
+        "vLLM-CPU pins its worker's memory to its NUMA node, as intended",
+    ),
+    Noise(
+        r"is_fx_tracing will return true for both fx\.symbolic_trace and torch\.export",
+        "torch.fx._symbolic_trace, glog-style warning once per process",
+        "a torch API deprecation inside torch's own code",
+    ),
+    Noise(
+        r"'set_vital' is deprecated",
+        "torchdata.stateful_dataloader, warnings.warn",
+        "a torch API deprecation inside torchdata",
+    ),
 )
 
-# Ray's prefix of a forwarded worker line: optional colour, "(Actor pid=123, ip=...)", optional colour.
-_RAY_PREFIX = re.compile(r"^(?:\x1b\[[0-9;]*m)?\([^()]*pid=[^()]*\)(?:\x1b\[[0-9;]*m)? ?")
-_WARNING_LINE = re.compile(r":\d+: \w*Warning: ")
+
+def recipe_line(text: str) -> str:
+    """``text`` marked as a line of the recipe for the console (each of its lines), when a router is active."""
+    if not os.environ.get(TAG_ENV):
+        return text
+    return "\n".join(TAG + line for line in text.split("\n"))
 
 
-class NoiseFilter:
-    """Decides line by line what the console shows (rules in the module docstring); counts what it hides."""
+class RecipeLineFormatter(logging.Formatter):
+    """The message alone, marked as a recipe line (:func:`recipe_line`): the console logger's formatter."""
 
-    def __init__(self, noise: tuple[Noise, ...] = NOISE):
+    def __init__(self):
+        super().__init__("%(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return recipe_line(super().format(record))
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Ray's prefix of a forwarded worker line, colours removed: "(Actor pid=123, ip=...) ", or Ray's own "(raylet) ".
+_RAY_PREFIX = re.compile(r"^\((?:[^()]*pid=[^()]*|raylet[^()]*)\) ?")
+# vLLM's prefix of its engine processes' lines, inside Ray's: "(EngineCore pid=19027) ".
+_PROCESS_PREFIX = re.compile(r"^\([\w.-]+ pid=\d+\) ")
+_PYTHON_WARNING = re.compile(r":\d+: \w*Warning: ")
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LEVEL_PATTERNS = (
+    re.compile(r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"),  # logging's default, vLLM, verl
+    re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:,.]+\s+(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\b"),  # Ray
+    re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\]"),  # Hydra's job logging
+    re.compile(r"^(?:\[rank\d+\]:)?\[?(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d\d"),  # glog / torch c10
+    re.compile(r"^(?P<level>Warning|Error)\b"),  # print("Warning: ...")
+    re.compile(r"^(?P<level>[A-Za-z_][\w.]*(?:Error|Exception))(?:\(|:|$)"),  # an exception's last line
+)
+_GLOG = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
+# The driver's own log lines of the recipe's loggers, in Hydra's job-logging format.
+_DRIVER_RECIPE_LOG = re.compile(r"^\[[^\]]*\]\[recipe_dapo[\w.]*\]\[INFO\] - (?P<message>.*)$")
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
+_PROGRESS = re.compile(r"^\r*DAPO training steps:\s+\d+%\|")
+
+
+def level_of(body: str) -> Optional[str]:
+    """The logging level a line was printed at (WARNING for a Python warning), None when it shows none."""
+    body = _PROCESS_PREFIX.sub("", body, count=1)
+    if _PYTHON_WARNING.search(body):
+        return "WARNING"
+    for pattern in _LEVEL_PATTERNS:
+        match = pattern.match(body)
+        if match:
+            if match.groupdict().get("glog"):
+                return _GLOG[match.group("glog")]
+            level = match.group("level").upper()
+            return {"WARN": "WARNING", "FATAL": "CRITICAL"}.get(level, level if level in _LEVELS else "ERROR")
+    return None
+
+
+class ConsoleRouter:
+    """Decides line by line what the console shows (the rules are in the module docstring)."""
+
+    def __init__(self, noise: tuple[Noise, ...] = NOISE, show_all: bool = False):
         self.noise = noise
+        self.show_all = show_all
         self._patterns = [re.compile(entry.pattern) for entry in noise]
-        self.hidden = [0] * len(noise)
+        self.hidden_noise = [0] * len(noise)
         self._seen = [False] * len(noise)
-        # Ray prefix -> noise entry, when that source's next indented line is a hidden warning's source line.
-        self._source_line_pending: dict[str, int] = {}
+        self.lines = 0
+        self.shown = 0
+        # Per source (Ray prefix): what the next line continues (a warning's source line, a traceback).
+        self._warning_source: dict[str, bool] = {}
+        self._traceback: dict[str, str] = {}
+        self._lock = threading.Lock()  # Ray prints worker lines from its own thread
 
-    def keep(self, line: str) -> bool:
-        match = _RAY_PREFIX.match(line)
-        prefix, body = (match.group(0), line[match.end():]) if match else ("", line)
-        if prefix in self._source_line_pending:
-            index = self._source_line_pending.pop(prefix)
+    def route(self, line: str, driver_stderr: bool = False) -> Optional[str]:
+        """The text the console shows for ``line`` (one line, no newline), or None: the log file only.
+
+        ``driver_stderr``: the line was written on the driver's ``sys.stderr`` (a forwarded worker line carries
+        Ray's prefix and is told apart by it)."""
+        with self._lock:
+            self.lines += 1
+            shown = self._route(line, driver_stderr)
+            if shown is not None:
+                self.shown += 1
+            return shown
+
+    def _route(self, line: str, driver_stderr: bool) -> Optional[str]:
+        plain = _ANSI.sub("", line)
+        match = _RAY_PREFIX.match(plain)
+        prefix, body = (match.group(0), plain[match.end():]) if match else ("", plain)
+        if body.startswith(TAG):
+            return body[len(TAG):]
+        if self.show_all:
+            return line
+        if _PROGRESS.match(body):
+            return body
+        if prefix.startswith("(raylet"):
+            return line  # Ray's node manager: a worker died, memory ran low, objects spilled
+        continued = self._continuation(prefix, body)
+        if continued is not None:
+            return line if continued else None
+        if body.startswith(_TRACEBACK):
+            self._traceback[prefix] = "frames"
+            return line
+        recipe_log = None if prefix else _DRIVER_RECIPE_LOG.match(body)
+        if recipe_log:
+            return recipe_log.group("message")
+        level = level_of(body)
+        if level in ("WARNING", "ERROR", "CRITICAL"):
+            shown = self._not_noise(body)
+            if _PYTHON_WARNING.search(body):
+                self._warning_source[prefix] = shown
+            return line if shown else None
+        if level is None and not prefix and driver_stderr and body.strip():
+            return line if self._not_noise(body) else None
+        return None
+
+    def _continuation(self, prefix: str, body: str) -> Optional[bool]:
+        """True/False when ``body`` continues what its source printed before (shown/hidden); None otherwise."""
+        if prefix in self._warning_source:
+            shown = self._warning_source.pop(prefix)
             if body[:1].isspace() and body.strip():
-                self.hidden[index] += 1
-                return False
+                return shown
+        state = self._traceback.get(prefix)
+        if state == "frames":
+            if not body.strip() or body[:1].isspace():
+                return True
+            self._traceback[prefix] = "raised"  # the exception's line; a chained exception may follow
+            return True
+        if state == "raised":
+            if not body.strip() or body.startswith(_CHAINED) or body[:1].isspace():
+                return True
+            del self._traceback[prefix]
+        return None
+
+    def _not_noise(self, body: str) -> bool:
         for index, pattern in enumerate(self._patterns):
             if pattern.search(body):
                 if self.noise[index].once and not self._seen[index]:
                     self._seen[index] = True
                     return True
-                self.hidden[index] += 1
-                if _WARNING_LINE.search(body):
-                    self._source_line_pending[prefix] = index
+                self.hidden_noise[index] += 1
                 return False
         return True
 
-    @property
-    def hidden_total(self) -> int:
-        return sum(self.hidden)
+
+class LogFile:
+    """Where every line goes: held in memory until :meth:`attach` names the file (then appended to it)."""
+
+    MEMORY_LINES = 20_000
+    """Lines held before a file is attached; past that they go to a file in the temporary folder."""
+
+    def __init__(self):
+        self.path: Optional[str] = None
+        self.lines = 0
+        self._held: list[str] = []
+        self._held_not_shown = 0
+        self._file = None
+        self._lock = threading.RLock()
+
+    def write(self, line: str, shown: bool = False) -> None:
+        """Append ``line``; ``shown``: the console showed it too (held lines all shown need no file at exit)."""
+        line = _ANSI.sub("", line) + "\n"
+        with self._lock:
+            self.lines += 1
+            if self._file is not None:
+                self._file.write(line)
+                return
+            self._held.append(line)
+            self._held_not_shown += not shown
+            if len(self._held) > self.MEMORY_LINES:
+                self.attach(_fallback_path())
+
+    def attach(self, path: str) -> str:
+        """Append to ``path`` from now on, after a header and the lines held so far; the absolute path."""
+        path = os.path.abspath(path)
+        with self._lock:
+            if self._file is not None:
+                if path == self.path:
+                    return path
+                self._file.close()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._file = open(path, "a", buffering=1, encoding="utf-8", errors="replace")
+            self._file.write(f"===== {time.strftime('%Y-%m-%d %H:%M:%S %z')} pid {os.getpid()}: "
+                             f"{' '.join(sys.argv)}\n")
+            self._file.writelines(self._held)
+            self._held, self._held_not_shown = [], 0
+            self.path = path
+        return path
+
+    def close(self) -> None:
+        """Flush; lines still held (no file was named) go to a file in the temporary folder unless the console
+        showed every one of them (a refused configuration before the run's name was known)."""
+        with self._lock:
+            if self._file is None and self._held_not_shown:
+                self.attach(_fallback_path())
+            if self._file is not None:
+                self._file.flush()
 
 
-class FilteredStream(io.TextIOBase):
-    """A text stream that passes whole lines through :class:`NoiseFilter`; partial writes (a progress bar's
-    ``\\r`` updates) go through on ``flush``, unfiltered."""
+def _fallback_path() -> str:
+    return os.path.join(tempfile.gettempdir(), f"recipe_dapo-{os.getpid()}.log")
 
-    def __init__(self, stream, noise_filter: NoiseFilter):
+
+class RoutedStream(io.TextIOBase):
+    """A text stream that writes every whole line to the :class:`LogFile` and the lines the
+    :class:`ConsoleRouter` keeps to the console; a partial line (a progress bar's ``\\r`` updates in this
+    process) reaches the console on ``flush``, unrouted, and the file when its line ends."""
+
+    def __init__(self, stream, router: ConsoleRouter, log_file: LogFile, is_stderr: bool):
         self.stream = stream
-        self.noise_filter = noise_filter
+        self.router = router
+        self.log_file = log_file
+        self.is_stderr = is_stderr
         self._pending = ""
+        self._flushed = 0  # characters of the pending line already on the console
+        self._lock = threading.RLock()
+        record = os.environ.get(RECORD_ENV)
+        self._record = open(record, "a", buffering=1, encoding="utf-8") if record else None
 
     def write(self, text: str) -> int:
-        self._pending += text
-        *lines, self._pending = self._pending.split("\n")
-        for line in lines:
-            if self.noise_filter.keep(line):
-                self.stream.write(line + "\n")
+        with self._lock:
+            self._pending += text
+            *lines, self._pending = self._pending.split("\n")
+            for line in lines:
+                if self._record is not None:
+                    self._record.write(f"{2 if self.is_stderr else 1}|{line}\n")
+                if self._flushed:
+                    self.stream.write(line[self._flushed:] + "\n")
+                    self._flushed = 0
+                    self.log_file.write(line, shown=True)
+                    continue
+                shown = self.router.route(line, driver_stderr=self.is_stderr)
+                self.log_file.write(line, shown=shown is not None)
+                if shown is not None:
+                    self.stream.write(shown + "\n")
         return len(text)
 
     def flush(self) -> None:
-        if self._pending:
-            self.stream.write(self._pending)
-            self._pending = ""
-        self.stream.flush()
+        with self._lock:
+            if len(self._pending) > self._flushed:
+                self.stream.write(self._pending[self._flushed:])
+                self._flushed = len(self._pending)
+            self.stream.flush()
 
     def writable(self) -> bool:
         return True
@@ -187,26 +468,69 @@ class FilteredStream(io.TextIOBase):
         return getattr(self.stream, name)
 
 
-def install_console_filter() -> NoiseFilter | None:
-    """Wrap this process's ``sys.stdout`` and ``sys.stderr`` (once); None when ``DAPO_CONSOLE_FILTER=0``."""
-    if os.environ.get(DISABLE_ENV, "1") in ("0", "false", "no"):
+@dataclass
+class RunOutput:
+    """The driver's router and log file, once installed."""
+
+    router: ConsoleRouter
+    log_file: LogFile
+    console: object
+    """The real stdout, for the lines printed at exit."""
+
+
+_ACTIVE: Optional[RunOutput] = None
+
+
+def install_console_filter() -> RunOutput:
+    """Route this process's ``sys.stdout`` and ``sys.stderr`` (once): every line to the log file, the recipe's
+    lines, warnings and errors to the console (all of them with ``DAPO_CONSOLE_FILTER=0``)."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        return _ACTIVE
+    show_all = os.environ.get(DISABLE_ENV, "1").lower() in ("0", "false", "no")
+    os.environ[TAG_ENV] = "1"  # inherited by the Ray workers this driver starts
+    router, log_file = ConsoleRouter(show_all=show_all), LogFile()
+    _ACTIVE = RunOutput(router, log_file, sys.stdout)
+    sys.stdout = RoutedStream(sys.stdout, router, log_file, is_stderr=False)
+    sys.stderr = RoutedStream(sys.stderr, router, log_file, is_stderr=True)
+    atexit.register(_at_exit, _ACTIVE)
+    return _ACTIVE
+
+
+def log_file_path(config) -> str:
+    """``$DAPO_LOG_FILE``, else ``<experiment>.log`` beside the metrics file (verl's ``FileLogger`` layout)."""
+    from recipe_dapo.tracking.run_log import metrics_file_path  # verl-free
+
+    if os.environ.get(LOG_FILE_ENV):
+        return os.path.abspath(os.environ[LOG_FILE_ENV])
+    metrics = metrics_file_path(str(config.trainer.project_name), str(config.trainer.experiment_name))
+    stem = metrics[: -len(".jsonl")] if metrics.endswith(".jsonl") else metrics
+    return os.path.abspath(stem + ".log")
+
+
+def attach_log_file(config) -> Optional[str]:
+    """Start writing the log file of the run ``config`` describes and name it on the console (absolute path);
+    None when no router is installed (the entry point was not ``python -m recipe_dapo.main_dapo``)."""
+    if _ACTIVE is None:
         return None
-    if isinstance(sys.stdout, FilteredStream):
-        return sys.stdout.noise_filter
-    noise_filter = NoiseFilter()
-    sys.stdout = FilteredStream(sys.stdout, noise_filter)
-    sys.stderr = FilteredStream(sys.stderr, noise_filter)
-    atexit.register(_report_hidden, noise_filter)
-    return noise_filter
+    path = _ACTIVE.log_file.attach(log_file_path(config))
+    shown = "" if _ACTIVE.router.show_all else f" ({DISABLE_ENV}=0 shows them here)"
+    print(recipe_line(f"log file: {path}: every line of verl, vLLM and Ray{shown}"), flush=True)
+    return path
 
 
-def _report_hidden(noise_filter: NoiseFilter) -> None:
-    from recipe_dapo.tracking.console import logger as console_logger
-    from recipe_dapo.tracking.console import _ensure_handler
-
-    if noise_filter.hidden_total:
-        _ensure_handler()
-        console_logger.info(
-            "the console hid %d known-noise line(s) (recipe_dapo/tracking/noise.py lists them; "
-            "%s=0 shows them)", noise_filter.hidden_total, DISABLE_ENV,
-        )
+def _at_exit(output: RunOutput) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    output.log_file.close()
+    if output.log_file.path is None:
+        return
+    router = output.router
+    hidden = router.lines - router.shown
+    text = f"log file: {output.log_file.path} ({output.log_file.lines} lines"
+    text += f", {hidden} not shown here; {DISABLE_ENV}=0 shows them)" if hidden else ")"
+    output.console.write(text + "\n")
+    output.console.flush()

@@ -59,7 +59,7 @@ class DAPOTracking(Tracking):
         metrics_file = None
         if "file" in backends:
             self.logger["file"] = ResumableFileLogger(project_name, experiment_name, resumed_step)
-            metrics_file = self.logger["file"].filepath
+            metrics_file = os.path.abspath(self.logger["file"].filepath)  # the summary names it from anywhere
         if "console" in backends:
             self.console_logger = RunConsole(
                 total_steps, checkpoint_dir=checkpoint_dir, metrics_file=metrics_file, stream=console_stream

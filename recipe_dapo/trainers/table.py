@@ -63,8 +63,9 @@ TRAINERS: tuple[TrainerEntry, ...] = (
         key="classic", use_v1=False, mode=None,
         task_runner=f"{_CLASSIC}.task_runner:DAPOTaskRunner", trainer_class=f"{_CLASSIC}.trainer:RayDAPOTrainer",
         drains=True,
-        how="verl's classic RayPPOTrainer, generation rounds until the batch is full (faster per step on "
-        "bench/peer_side_by_side.py); trainer.use_v1=true runs verl's v1 trainer",
+        how="verl's classic RayPPOTrainer, generation rounds until the batch is full; verl 0.9.1 marks it "
+        "deprecated (a FutureWarning, in the log file), the recipe keeps it while it is faster per step "
+        "(bench/peer_side_by_side.py); trainer.use_v1=true switches to verl's v1 trainer",
     ),
     TrainerEntry(
         key="v1.sync", use_v1=True, mode="sync",

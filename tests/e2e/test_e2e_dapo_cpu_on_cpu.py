@@ -94,8 +94,11 @@ def test_console_shows_short_step_lines_a_summary_and_no_known_noise(trained_run
     assert "validation at step 3 | synthetic_arithmetic: mean@4 " in log
     assert "run finished: steps 1-3" in log and "global_step_3" in log and "dapo_cpu.jsonl" in log
     assert "np.float64(" not in log
+    full_log = trained_run / "recipe_dapo" / "dapo_cpu.log"  # every line of verl, vLLM and Ray (tracking/noise.py)
+    assert f"log file: {full_log}: " in log
     for noise in ("engine is not available", "test_gen_batch meta info", "NUMA affinity"):
         assert noise not in log, noise
+        assert noise in full_log.read_text(), noise
 
 
 def test_training_changed_the_policy_weights(trained_run, default_assets):
