@@ -75,3 +75,58 @@ def default_assets(tmp_path_factory):
     from recipe_dapo.cpu.assets import build_default_assets
 
     return build_default_assets(tmp_path_factory.mktemp("assets"))
+
+
+def run_cpu_script(work_dir: Path, assets: dict, *overrides: str, timeout: int = 840):
+    """``scripts/run_dapo_cpu.sh`` on the session's default assets with ``overrides``; the log goes to run.log."""
+    import subprocess
+    import sys
+
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        WORK_DIR=str(work_dir),
+        MODEL_PATH=assets["model_path"],
+        TRAIN_FILE=assets["train_file"],
+        VAL_FILE=assets["val_file"],
+    )
+    work_dir.mkdir(parents=True, exist_ok=True)
+    completed = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
+        env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    (work_dir / "run.log").write_text(completed.stdout + completed.stderr)
+    assert completed.returncode == 0, f"run failed, log tail:\n{(completed.stdout + completed.stderr)[-6000:]}"
+    return completed
+
+
+# The scale runs' shared settings (tests/e2e/test_scale_on_cpu.py): classic trainer, seeded rollouts (platform=cpu),
+# overlong filtering, and a step 1 that is both a budget-limited partial step and exactly one mini-batch: 8 prompts a
+# step in mini-batches of 4, and a budget of 16 prompts in which 4 to 7 groups qualify (so 4 are trained). One
+# mini-batch makes the update's composition the same at any DP size (verl splits each rank's rows into mini-batches,
+# so with two mini-batches a DP 2 step would pair other rows than a DP 1 step). Step 2 fills, trains two mini-batches.
+SCALE_RUN_OVERRIDES = (
+    "trainer.use_v1=false",
+    "trainer.total_training_steps=2",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=1",
+    "data.train_batch_size=8",
+    "data.gen_batch_size=16",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "algorithm.filter_groups.max_num_gen_batches=1",
+    "dapo.dynamic_sampling.on_exhausted=train_partial",
+    "dapo.overlong_filter.enable=true",
+    "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+)
+
+
+@pytest.fixture(scope="session")
+def dp1_scale_reference(tmp_path_factory, default_assets):
+    """The DP 1 run (one rank, one node, a Ray of its own) that the scale runs compare their step 1 with.
+
+    Session-scoped so that any e2e module can share it: a run whose overrides hold ``SCALE_RUN_OVERRIDES`` (plus its
+    own rollout dump) serves every comparison of step 1.
+    """
+    work_dir = tmp_path_factory.mktemp("scale_dp1")
+    run_cpu_script(work_dir, default_assets, *SCALE_RUN_OVERRIDES, f"trainer.rollout_data_dir={work_dir / 'rollouts'}")
+    return work_dir
