@@ -104,7 +104,7 @@ def run_cpu_script(work_dir: Path, assets: dict, *overrides: str, timeout: int =
 # overlong filtering, and a step 1 that is both a budget-limited partial step and exactly one mini-batch: 8 prompts a
 # step in mini-batches of 4, and a budget of 16 prompts in which 4 to 7 groups qualify (so 4 are trained). One
 # mini-batch makes the update's composition the same at any DP size (verl splits each rank's rows into mini-batches,
-# so with two mini-batches a DP 2 step would pair other rows than a DP 1 step). Step 2 fills, trains two mini-batches.
+# so with two mini-batches a DP 2 step would pair other rows than a DP 1 step).
 SCALE_RUN_OVERRIDES = (
     "trainer.use_v1=false",
     "trainer.total_training_steps=2",
@@ -128,5 +128,7 @@ def dp1_scale_reference(tmp_path_factory, default_assets):
     own rollout dump) serves every comparison of step 1.
     """
     work_dir = tmp_path_factory.mktemp("scale_dp1")
-    run_cpu_script(work_dir, default_assets, *SCALE_RUN_OVERRIDES, f"trainer.rollout_data_dir={work_dir / 'rollouts'}")
+    # address=local: a Ray of its own even if a test cluster's address is still recorded on this machine.
+    run_cpu_script(work_dir, default_assets, *SCALE_RUN_OVERRIDES, f"trainer.rollout_data_dir={work_dir / 'rollouts'}",
+                   "ray_kwargs.ray_init.address=local")
     return work_dir
