@@ -1,6 +1,6 @@
 """The recipe at scale on CPU: two data-parallel ranks on two Ray nodes of one machine, against one rank.
 
-One launch of its own (plus the session's DP 1 reference, ``dp1_scale_reference`` in tests/conftest.py): a Ray
+One launch of its own (plus the session's DP 1 reference, ``dp1_scale_reference`` in tests/e2e/e2e_runs.py): a Ray
 cluster of a head and a second node (``ray.cluster_utils.Cluster``: each node a raylet of its own with its own
 stand-in GPU, as ``ray start --head --num-gpus=1`` and ``ray start --address=... --num-gpus=1`` would make them),
 and ``scripts/run_dapo_cpu.sh trainer.nnodes=2 trainer.n_gpus_per_node=1 ray_kwargs.ray_init.address=<head>``
@@ -38,17 +38,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, SCALE_RUN_OVERRIDES, run_cpu_script
+from e2e_runs import REPO_ROOT, SCALE_RUN_OVERRIDES, dp1_scale_reference, logged_steps, run_default_script  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 NODE_ARGS = dict(num_cpus=16, num_gpus=1, object_store_memory=256 * 1024**2)
-
-
-def logged_steps(work_dir: Path) -> dict[int, dict]:
-    from recipe_dapo.tracking.run_log import read_metrics
-
-    return read_metrics(work_dir / "recipe_dapo" / "dapo_cpu.jsonl")
 
 
 def dumped_rollouts(work_dir: Path, step: int) -> list[tuple]:
@@ -82,11 +76,10 @@ def two_node_run(tmp_path_factory, default_assets):
     try:
         cluster.add_node(**NODE_ARGS)
         node_ids = {node.node_id for node in cluster.list_all_nodes()}
-        completed = run_cpu_script(
+        completed = run_default_script(
             work_dir,
             default_assets,
             *SCALE_RUN_OVERRIDES,
-            f"trainer.rollout_data_dir={work_dir / 'rollouts'}",
             "trainer.nnodes=2",
             "trainer.n_gpus_per_node=1",
             f"ray_kwargs.ray_init.address={cluster.address}",
@@ -141,7 +134,7 @@ def test_a_node_without_the_plugin_is_named_with_the_fix(two_node_run):
     assert "VERL_USE_EXTERNAL_PLUGINS='none'" in error and "scripts/ray_job_submit.sh" in error
 
 
-def test_dp2_trains_a_partial_and_a_full_step_with_dynamic_sampling_and_overlong_filtering(two_node_run):
+def test_dp2_trains_partial_steps_of_whole_mini_batches_with_dynamic_sampling_and_overlong_filtering(two_node_run):
     steps = logged_steps(two_node_run["work_dir"])
     assert [step for step in sorted(steps) if step > 0] == [1, 2]
     first = steps[1]
