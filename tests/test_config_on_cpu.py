@@ -333,6 +333,8 @@ def test_an_unknown_group_choice_lists_the_available_ones():
         # 3 x 512 prompts: the paper's generation round.
         ("${recipe_dapo.mul:3,512}", 1536),
         ("${recipe_dapo.sum:1,2,3}", 6),
+        # 2 prompts x 8 responses over 2 ranks: the per-rank mini-batch.
+        ("${recipe_dapo.div:16,2}", 8),
     ],
 )
 def test_recipe_resolvers_compute_sums_and_products(expression, expected):
@@ -353,3 +355,42 @@ def test_resolvers_exist_in_any_process_that_imports_the_recipe_whatever_it_impo
             "print(OmegaConf.create({'v': '${recipe_dapo.sum:1,2}'}).v)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert result.returncode == 0 and result.stdout.strip() == "3", result.stderr
+
+
+def test_division_resolver_refuses_a_remainder_instead_of_rounding():
+    with pytest.raises(Exception, match=r"recipe_dapo.div:16,3.*16 is not a whole multiple of 3"):
+        OmegaConf.create({"value": "${recipe_dapo.div:16,3}"}).value
+
+
+def ray_init(overrides, monkeypatch, ray_address=None):
+    if ray_address is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", ray_address)
+    config = compose_recipe_config(["platform=cpu", "size=cpu_tiny", *overrides])
+    return OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True)
+
+
+@pytest.mark.parametrize(
+    "overrides, gpus",
+    [([], 1), (["trainer.n_gpus_per_node=2"], 2), (["trainer.nnodes=2", "trainer.n_gpus_per_node=1"], 2)],
+)
+def test_cpu_platform_starts_ray_with_one_stand_in_gpu_per_rank(overrides, gpus, monkeypatch):
+    """`bash scripts/run_dapo_cpu.sh trainer.n_gpus_per_node=2` gets the Ray it needs without more overrides."""
+    init = ray_init(overrides, monkeypatch)
+    assert init["address"] is None
+    assert init["num_gpus"] == gpus and init["num_cpus"] == 16 * gpus  # the default run (1 rank) keeps 1 GPU, 16 CPUs
+
+
+@pytest.mark.parametrize("address, ray_address", [("10.0.0.1:6379", None), ("auto", None), (None, "10.0.0.1:6379")])
+def test_cpu_platform_leaves_resources_to_the_nodes_when_joining_a_cluster(address, ray_address, monkeypatch):
+    """ray.init refuses num_cpus / num_gpus when it connects to a running cluster: they must be null there."""
+    overrides = ["trainer.nnodes=2"] + ([f"ray_kwargs.ray_init.address={address}"] if address else [])
+    init = ray_init(overrides, monkeypatch, ray_address)
+    assert init["num_gpus"] is None and init["num_cpus"] is None
+    assert init["address"] == address
+
+
+def test_ray_address_local_still_starts_a_ray_of_its_own(monkeypatch):
+    init = ray_init(["ray_kwargs.ray_init.address=local"], monkeypatch, ray_address="10.0.0.1:6379")
+    assert init["num_gpus"] == 1 and init["num_cpus"] == 16

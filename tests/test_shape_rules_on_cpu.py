@@ -318,6 +318,10 @@ def test_a_train_batch_that_is_not_whole_mini_batches_is_refused_with_its_fix(si
 def test_fixed_micro_batches_larger_than_the_per_rank_mini_batch_are_refused_with_their_fix(sizes):
     config = sizes["cpu_tiny"].copy()
     OmegaConf.update(config, "trainer.n_gpus_per_node", 2)
+    # cpu_tiny's own micro-batches follow the rank count (below); fixed at its single-rank 16 they no longer fit.
+    for key in ("actor.ppo_micro_batch_size_per_gpu", "rollout.log_prob_micro_batch_size_per_gpu",
+                "ref.log_prob_micro_batch_size_per_gpu"):
+        OmegaConf.update(config, f"actor_rollout_ref.{key}", 16)
     problems = shape_problems(config)
     assert len(problems) == 2, problems
     update, log_prob = problems
@@ -330,6 +334,37 @@ def test_fixed_micro_batches_larger_than_the_per_rank_mini_batch_are_refused_wit
     rank_td = left_right_2_no_padding(stand_in_batch(8, 2, 2, random.Random(0)))
     with pytest.raises(AssertionError, match="divisible by force_group_size"):
         micro_batches(rank_td, dynamic=False, micro=16, tokens=None, sp=1)
+
+
+@pytest.mark.parametrize("nnodes, per_node", [(1, 1), (1, 2), (2, 1), (1, 4), (2, 2)])
+def test_the_tiny_size_fits_one_to_four_ranks_on_one_or_two_nodes(nnodes, per_node):
+    """size=cpu_tiny's micro-batches are the per-rank mini-batch: `trainer.n_gpus_per_node=2` works as typed."""
+    from conftest import compose_recipe_config
+
+    config = compose_recipe_config(
+        ["platform=cpu", "size=cpu_tiny", f"trainer.nnodes={nnodes}", f"trainer.n_gpus_per_node={per_node}"]
+    )
+    assert shape_problems(config) == []
+    actor = OmegaConf.to_container(config.actor_rollout_ref, resolve=True)
+    rows_per_rank = actor["actor"]["ppo_mini_batch_size"] * actor["rollout"]["n"] // (nnodes * per_node)
+    assert actor["actor"]["ppo_micro_batch_size_per_gpu"] == rows_per_rank
+    assert actor["rollout"]["log_prob_micro_batch_size_per_gpu"] == rows_per_rank
+    assert actor["ref"]["log_prob_micro_batch_size_per_gpu"] == rows_per_rank
+    # ... and verl's own micro-batching runs a rank's rows of a partial step of one mini-batch (the smallest step).
+    micro_batches(left_right_2_no_padding(stand_in_batch(rows_per_rank, 2, 2, random.Random(0))),
+                  dynamic=False, micro=rows_per_rank, tokens=None, sp=1)
+
+
+def test_the_tiny_size_at_a_rank_count_that_does_not_divide_its_mini_batch_names_the_key():
+    from conftest import compose_recipe_config
+
+    from recipe_dapo.preflight import DAPOConfigError, check_rules
+
+    config = compose_recipe_config(["platform=cpu", "size=cpu_tiny", "trainer.n_gpus_per_node=3"])
+    with pytest.raises(DAPOConfigError) as error:
+        check_rules(config)
+    assert "16 is not a whole multiple of 3" in str(error.value)
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in str(error.value)
 
 
 def test_dynamic_batch_size_keeps_only_the_dp_rules_and_the_token_budget(sizes):

@@ -7,6 +7,14 @@ folder of verl's own configs.
 So ``data.train_batch_size=64`` on the command line also makes the generation round 192 prompts, and a longer
 ``data.max_response_length`` raises the token budgets that follow it.
 
+    ${recipe_dapo.div:16,2}                                                    # 8: exact division or an error
+    ${recipe_dapo.local_ray:16}                                                # 16, or null when joining a cluster
+
+``local_ray`` holds a value of ``ray_kwargs.ray_init`` that only a Ray started by the run may take (``num_cpus``,
+``num_gpus``): when the run joins a running cluster (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS`` set),
+``ray.init`` refuses them ("When connecting to an existing cluster, num_cpus and num_gpus must not be provided"):
+there the nodes declared their resources at ``ray start``.
+
 ``${recipe_dapo_verl_config_dir:}`` is the folder of verl's trainer configs in the installed verl package, found
 without importing verl: ``dapo_trainer.yaml``'s search path uses it, since a ``pkg://verl.trainer.config`` search
 path would import verl (and torch, and the plugins) just to read YAML, and every configuration mistake took tens
@@ -63,7 +71,41 @@ def _mul(*values):
     return product
 
 
-RESOLVERS = {"recipe_dapo.sum": _sum, "recipe_dapo.mul": _mul, VERL_CONFIG_RESOLVER: verl_config_dir}
+def _div(dividend, divisor):
+    """``dividend / divisor`` when it divides exactly: ``${recipe_dapo.div:16,2}`` is 8; anything else is an error.
+
+    Used for per-rank sizes (a batch over the data-parallel ranks): a rounded one would hide the shape mistake
+    that the start-up shape rules name with their fix.
+    """
+    dividend, divisor = _numbers("div", (dividend, divisor))
+    if divisor == 0 or dividend % divisor != 0:
+        raise ValueError(
+            f"${{recipe_dapo.div:{dividend},{divisor}}}: {dividend} is not a whole multiple of {divisor}; a per-rank "
+            "size must divide evenly over the ranks (trainer.nnodes x trainer.n_gpus_per_node): choose a GPU count "
+            "that divides it, or set the key this interpolation fills explicitly"
+        )
+    return dividend // divisor
+
+
+def joins_running_cluster(address) -> bool:
+    """True when ``ray.init`` will connect to a running Ray cluster instead of starting one (``address`` or
+    ``RAY_ADDRESS`` set; ``local`` always starts one)."""
+    address = address if address not in (None, "") else os.environ.get("RAY_ADDRESS") or None
+    return address is not None and str(address) != "local"
+
+
+def _local_ray(value, *, _parent_):
+    """``value`` when this run starts its own Ray, None when it joins a running cluster (see the module doc)."""
+    return None if joins_running_cluster(_parent_.get("address")) else value
+
+
+RESOLVERS = {
+    "recipe_dapo.sum": _sum,
+    "recipe_dapo.mul": _mul,
+    "recipe_dapo.div": _div,
+    "recipe_dapo.local_ray": _local_ray,
+    VERL_CONFIG_RESOLVER: verl_config_dir,
+}
 
 
 def register_resolvers() -> None:

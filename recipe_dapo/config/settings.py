@@ -42,7 +42,8 @@ class PreflightSettings:
     """``dapo.preflight``: start-up checks beyond the configuration rules."""
 
     check_worker_plugins: bool = True
-    """Check in a Ray worker (the task runner) that the recipe's verl plugins registered there too."""
+    """Check in a Ray worker (the task runner), and in a fresh worker on every Ray node, that the recipe's verl plugins
+    registered there too (``recipe_dapo/trainers/nodes.py``: names each node that lacks them, and the fix)."""
 
 
 @dataclass

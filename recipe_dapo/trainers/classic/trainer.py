@@ -61,6 +61,7 @@ from recipe_dapo.trainers.validation_metrics import (
 from recipe_dapo.overlong import apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
+from recipe_dapo.trainers.nodes import log_placement
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
 from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
@@ -95,6 +96,8 @@ class RayDAPOTrainer(RayPPOTrainer):
         """verl's workers, rollout replicas and checkpoint manager; the replicas start asleep."""
         super().init_workers()
         self.replicas = RolloutReplicas(self.checkpoint_manager)
+        # Which Ray node holds each actor rank and replica: one line, what a multi-node launch checks first.
+        log_placement(self.actor_rollout_wg.workers, self.checkpoint_manager.replicas)
 
     def _dynamic_sampling_config(self) -> DynamicSamplingConfig:
         data = self.config.data

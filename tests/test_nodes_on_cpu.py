@@ -1,0 +1,71 @@
+"""The multi-node start-up check's verdicts and the placement line, from the probes' and Ray's own records."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from recipe_dapo.trainers.nodes import placement_summary, plugin_problems
+
+NODES = [
+    {"NodeID": "aa11", "NodeManagerAddress": "10.0.0.1", "NodeManagerHostname": "head"},
+    {"NodeID": "bb22", "NodeManagerAddress": "10.0.0.2", "NodeManagerHostname": "worker-1"},
+    {"NodeID": "cc33", "NodeManagerAddress": "10.0.0.3", "NodeManagerHostname": "worker-2"},
+]
+OK = {"missing": [], "error": None}
+
+
+def test_every_node_registered_is_no_problem():
+    assert plugin_problems(NODES, {node["NodeID"]: OK for node in NODES}, "the task runner") is None
+
+
+def test_only_the_nodes_without_the_recipe_are_named_with_the_fix():
+    reports = {
+        "aa11": OK,
+        "bb22": {"missing": ["recipe_dapo.plugin"], "error": "`import verl` did not load recipe_dapo.plugin"},
+        # cc33 never answered: counted as lacking, not as fine
+    }
+    message = plugin_problems(NODES, reports, "the task runner")
+    assert "not registered on 2 of 3 Ray node(s) (checked from the task runner)" in message
+    assert "Ray node bb22 (10.0.0.2, worker-1): missing ['recipe_dapo.plugin']" in message
+    assert "Ray node cc33 (10.0.0.3, worker-2)" in message and "the probe did not run" in message
+    assert "aa11" not in message
+    assert "pip install -e ." in message and "scripts/ray_job_submit.sh" in message
+    assert "VERL_USE_EXTERNAL_MODULES=recipe_dapo.plugin" in message
+
+
+def test_the_probe_in_a_fresh_process_sees_what_import_verl_registered():
+    """Outside Ray the probe needs a node id; the rest is what a fresh worker on a node would report."""
+    code = (
+        "import ray, sys\n"
+        "ray.get_runtime_context = lambda: type('C', (), {'get_node_id': lambda self: 'n0'})()\n"
+        "from recipe_dapo.trainers.nodes import probe_this_process\n"
+        "assert 'recipe_dapo.plugin' not in sys.modules  # the probe's module registers nothing by itself\n"
+        "report = probe_this_process()\n"
+        "print(report['missing'], report['plugin_loaded'])\n"
+    )
+    def run(**env):
+        import os
+
+        environ = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}
+        environ.update(env, VERL_PLATFORM="cpu")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=environ)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout.strip().splitlines()[-1]
+
+    assert run() == "[] True"
+    assert run(VERL_USE_EXTERNAL_PLUGINS="none") == "['recipe_dapo.plugin'] False"
+    # The job's runtime env (scripts/runtime_env.yaml) registers it without the entry point.
+    assert run(VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="recipe_dapo.plugin") == "[] True"
+
+
+def test_placement_groups_ranks_and_replicas_by_node():
+    summary = placement_summary(["aa11", "bb22"], [(0, "aa11"), (1, "bb22")])
+    assert summary == {
+        "aa11": {"actor_ranks": [0], "rollout_replicas": [0]},
+        "bb22": {"actor_ranks": [1], "rollout_replicas": [1]},
+    }
+    # A replica larger than a node has one server per node: listed once on each.
+    assert placement_summary(["aa11", "aa11"], [(0, "aa11"), (0, "aa11")]) == {
+        "aa11": {"actor_ranks": [0, 1], "rollout_replicas": [0]}
+    }
