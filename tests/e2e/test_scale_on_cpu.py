@@ -40,7 +40,13 @@ import pytest
 
 from e2e_runs import REPO_ROOT, SCALE_RUN_OVERRIDES, dp1_scale_reference, logged_steps, run_default_script  # noqa: F401
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+# Two launches (about 10 minutes alone on 2 cores): outside CI until it has passed here and its time fits the CI budget;
+# run it with DAPO_E2E_SCALE=1.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(1800),
+    pytest.mark.skipif(os.environ.get("DAPO_E2E_SCALE") != "1", reason="the scale runs: DAPO_E2E_SCALE=1 runs them"),
+]
 
 NODE_ARGS = dict(num_cpus=16, num_gpus=1, object_store_memory=256 * 1024**2)
 
