@@ -9,6 +9,8 @@ trained twice, qualifying surplus pooled (never discarded while younger than ``m
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -243,3 +245,53 @@ def test_wave_timed_stream_at_the_cpu_runs_sizes_drops_no_qualifying_group_and_g
     assert dropped == 0
     # Generated per trained over the ideal (1 / keep rate) = kept / trained: only the run's final pool is extra.
     assert kept / trained <= 1.05, (generated / trained, generated / kept)
+
+
+class ScriptedWave:
+    """One wave of 8 prompts whose groups arrive over three polls (1, 1, then 6: as verl wrote them on the CPU run),
+    the first two not qualifying, two of the last six qualifying; later submissions all qualify at once."""
+
+    def __init__(self):
+        self.submissions: list[int] = []
+        self.submitted = self.returned = self.clock = 0
+        self.arrivals = {3: [False], 4: [False], 5: [True, True, False, False, False, False]}
+
+    def submit(self, prompts: int) -> None:
+        self.submissions.append(prompts)
+        if len(self.submissions) > 1:
+            self.arrivals.setdefault(self.clock + 3, []).extend([True] * prompts)
+        self.submitted += prompts
+
+    def poll(self):
+        self.clock += 1
+        qualifies = self.arrivals.pop(self.clock, [])
+        if not qualifies:
+            return None
+        uids = np.repeat(np.array([f"w{self.returned + i}" for i in range(len(qualifies))], dtype=object), N)
+        acc = np.concatenate([np.array([1.0, 0.0, 1.0, 0.0]) if q else np.ones(N) for q in qualifies])
+        self.returned += len(qualifies)
+        return ScoredRound(rollouts=np.arange(len(uids)), group_ids=uids, metric_values=acc)
+
+    def release(self, group_ids) -> None:
+        pass
+
+    def in_flight(self) -> int:
+        return self.submitted - self.returned
+
+    def wait(self) -> None:
+        pass
+
+
+def test_a_refill_waits_for_the_rest_of_a_finishing_wave():
+    """The first group of a wave alone (not qualifying) said keep rate 0.25 and sent a refill sized on it; the rest of
+    the wave arrived a poll later (three refills of 1, 1 and 4 prompts, each a wave of its own). The refill now waits
+    until the wave has settled and is sized on all 8 groups."""
+    sampler = make_sampler(train_batch_size=4, gen_batch_size=8, keep_rate_prior=0.5, safety_margin=0.0)
+    stream = ScriptedWave()
+    collected = collect_streaming_step(sampler, stream, 1)
+    assert stream.submissions[0] == 8
+    # One refill, after the whole wave (2 of 8 kept: estimate (2 + 0.5) / 9, 8 prompts for the 2 missing groups),
+    # capped so that the 2 pooled groups and the refill stay within train_batch_size * (1 + max_staleness) = 8.
+    assert math.ceil(2 / (2.5 / 9)) == 8
+    assert stream.submissions[1:] == [8 - 2]
+    assert collected.metrics["dynamic_sampling/submitted_prompts"] == sum(stream.submissions)

@@ -45,6 +45,11 @@ from recipe_dapo.dynamic_sampling.sampler import METRIC_PREFIX, DynamicSampler
 
 logger = logging.getLogger(__name__)
 
+SETTLE_POLLS = 4
+"""Streaming: while groups keep arriving with others still in flight (an engine wave finishing: verl's agent loop
+writes a wave's groups within a few polls of each other), a refill waits up to this many polls, so that it is sized
+on the whole wave rather than on its first groups (a refill sent then starts only with the next wave anyway)."""
+
 
 @dataclass
 class ScoredRound:
@@ -138,19 +143,24 @@ def collect_streaming_step(
     rounds = 0
     started, filled = time.monotonic(), None
     log = _StreamLog(step, started)
+    arriving = 0  # polls in a row that returned groups while others were still in flight
     while True:
         scored = stream.poll()
-        if scored is not None and len(scored.group_ids):
+        arrived = scored is not None and len(scored.group_ids) > 0
+        if arrived:
             stats = _pool_scored(sampler, scored, columns, counts_as_round=False)
             stream.release(stats.group_ids[~stats.keep])
             log.finished(stats.num_groups, stats.num_kept, after_full=filled is not None)
         in_flight = stream.in_flight()
+        arriving = arriving + 1 if arrived and in_flight else 0
         if sampler.is_full():
             if filled is None:
                 filled = time.monotonic()
                 log.in_flight_at_full = in_flight
             if not drain or in_flight == 0:
                 break
+        elif 0 < arriving < SETTLE_POLLS:
+            pass  # a wave is finishing: see the rest of it before sizing a refill on a partial view
         else:
             wanted = sampler.prompts_to_dispatch(in_flight)
             if wanted:
