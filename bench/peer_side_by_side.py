@@ -73,29 +73,33 @@ def run_verl_v1(overrides: list[str], poll_interval_s: float | None = None) -> N
 
     if poll_interval_s is None:
         run_ppo(config, task_runner_class=TaskRunnerV1)
-        return
-    import ray
+    else:
+        run_ppo(config, task_runner_class=fast_poll_task_runner(poll_interval_s))
 
-    verl_runner = TaskRunnerV1.__ray_actor_class__  # the plain class behind verl's @ray.remote
+
+def fast_poll_task_runner(poll_interval_s: float):
+    """verl's TaskRunnerV1 as a Ray actor whose process builds every verl ReplayBuffer with ``poll_interval_s``
+    (verl hard-codes 2 s: ``ReplayBuffer.__init__(poll_interval=2.0)``, not passed by its trainer)."""
+    import ray
+    from verl.trainer.main_ppo import TaskRunnerV1
 
     @ray.remote
-    class FastPollTaskRunnerV1(verl_runner):
-        """verl's TaskRunnerV1, whose ReplayBuffer polls every ``poll_interval_s`` (set in this actor's process)."""
-
-        def run(self, config):
+    class FastPollTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):  # the plain class behind verl's @ray.remote
+        def __init__(self):
+            super().__init__()
             from verl.trainer.ppo.v1 import replay_buffer
 
             verl_init = replay_buffer.ReplayBuffer.__init__
+            if not getattr(verl_init, "fast_poll", False):
+                def init(buffer, *args, **kwargs):
+                    verl_init(buffer, *args, **kwargs)
+                    buffer.poll_interval = poll_interval_s
 
-            def init(buffer, *args, **kwargs):
-                verl_init(buffer, *args, **kwargs)
-                buffer.poll_interval = poll_interval_s
+                init.fast_poll = True
+                replay_buffer.ReplayBuffer.__init__ = init
+            print(f"verl_v1_fast_poll: verl's ReplayBuffer.poll_interval set to {poll_interval_s} s", flush=True)
 
-            replay_buffer.ReplayBuffer.__init__ = init
-            print(f"verl_v1_fast_poll: verl ReplayBuffer.poll_interval set to {poll_interval_s} s", flush=True)
-            return super().run(config)
-
-    run_ppo(config, task_runner_class=FastPollTaskRunnerV1)
+    return FastPollTaskRunnerV1
 
 
 def session_pss_bytes(sid: int) -> int:
@@ -256,9 +260,15 @@ def main(argv=None) -> None:
     for repeat in range(args.repeats):
         order = args.arms[repeat % len(args.arms):] + args.arms[: repeat % len(args.arms)]
         for arm in order:
-            result = run_arm(arm, repeat, args, assets)
+            try:
+                result = run_arm(arm, repeat, args, assets)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:  # one arm's failure leaves the others' figures
+                print(f"repeat {repeat} {arm}: FAILED: {error}", flush=True)
+                continue
             results[arm].append(result)
             print(f"repeat {repeat} {arm}: {result}", flush=True)
+    results = {arm: runs for arm, runs in results.items() if runs}
+    args.arms = [arm for arm in args.arms if arm in results]
 
     def mean(arm: str, key: str) -> float:
         return statistics.mean(r[key] for r in results[arm])
