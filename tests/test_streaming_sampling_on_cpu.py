@@ -295,3 +295,19 @@ def test_a_refill_waits_for_the_rest_of_a_finishing_wave():
     assert math.ceil(2 / (2.5 / 9)) == 8
     assert stream.submissions[1:] == [8 - 2]
     assert collected.metrics["dynamic_sampling/submitted_prompts"] == sum(stream.submissions)
+
+
+def test_the_refill_cap_sends_one_granule_when_nothing_is_in_flight_and_the_room_is_smaller():
+    """train_batch_size 4, max_staleness 1 (room 8), prompt_granularity 8: with 1 group pooled the room is 7 prompts,
+    less than a granule; with nothing in flight the step still sends 8 (else it could never fill), with prompts in
+    flight it waits for them."""
+    sampler = make_sampler(train_batch_size=4, gen_batch_size=8, prompt_granularity=8)
+    sampler.begin_step(1)
+    assert sampler.prompts_to_dispatch(0) == 8
+    uids = np.repeat(np.array([f"g{i}" for i in range(8)], dtype=object), N)
+    acc = np.concatenate([np.array([1.0, 0.0, 1.0, 0.0])] + [np.ones(N)] * 7)
+    sampler.add_round(np.arange(len(uids)), group_ids=uids, metric_values=acc, counts_as_round=False)
+    assert sampler.pooled_groups == 1
+    assert sampler.dispatch_room(0) == 7
+    assert sampler.prompts_to_dispatch(0) == 8
+    assert sampler.prompts_to_dispatch(1) == 0

@@ -159,7 +159,9 @@ class DynamicSampler:
         prompts = next_round_prompts(self.config, missing, self._keep_rate.value, self._prompts_used())
         room = self.dispatch_room(in_flight)
         if room is not None and prompts > room:
-            prompts = room - room % self.config.prompt_granularity
+            granularity = self.config.prompt_granularity
+            # With nothing in flight the step must still make progress: one granule, when the room is smaller.
+            prompts = room - room % granularity if room >= granularity or in_flight else min(prompts, granularity)
         return max(prompts, 0)
 
     def dispatch_room(self, in_flight: int) -> Optional[int]:
@@ -170,6 +172,8 @@ class DynamicSampler:
         plus prompts in flight plus new prompts stay within ``train_batch_size * (1 + max_staleness)``: a step's
         drain then never carries out more than the next ``max_staleness`` steps train, and no qualifying group is
         dropped as stale. None with ``max_staleness=0`` (the surplus is discarded by design: nothing to protect).
+        (A ``prompt_granularity`` larger than the room is the one exception: with nothing in flight, one granule is
+        sent anyway, so that the step can fill.)
         """
         staleness = self.config.max_staleness
         if staleness == 0:
