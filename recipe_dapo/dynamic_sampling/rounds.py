@@ -23,10 +23,18 @@ holds finished groups in TransferQueue; ``recipe_dapo.trainers.v1``)::
     loop:
         sampler.add_round(stream.poll(), counts_as_round=False)    # groups finished since the last poll
         full:      stop once nothing is in flight (drain=True: the in-flight groups are pooled as surplus)
-        not full:  submit sampler.prompts_to_dispatch(in flight)  # deficit the in-flight prompts do not cover
+        arriving:  groups came back and others are in flight: a wave is finishing, wait (at most SETTLE_POLLS)
+        not full:  submit sampler.prompts_to_dispatch(in flight)  # deficit the in-flight prompts do not cover,
+                                                                  # capped: pooled + in flight <= B * (1 + max_staleness)
                    stop when the budget is spent and nothing is in flight
         stream.wait()                                             # the poll interval
-    batch, metrics = sampler.take_training_batch()
+    batch, metrics = sampler.take_training_batch()                # oldest groups first
+
+Why the cap and the wait: verl's agent loop on vLLM runs prompts in waves (a prompt submitted while a wave runs
+starts with the next one; a wave's groups come back within a few polls of each other). A refill sized on a wave's
+first groups, or prompts queued behind a running wave, used to be drained into the pool beyond what the next step
+could train, and dropped as stale a step later. With the cap, whatever the in-flight prompts turn out to be, the
+carry-out fits the next ``max_staleness`` steps, which train the oldest groups first: no qualifying group is dropped.
 
 Both loops use the same sampler, sizing, budget, pool and metrics.
 """
