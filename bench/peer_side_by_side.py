@@ -278,7 +278,7 @@ def main(argv=None) -> None:
     print(f"\n{args.steps} steps per run (s/step over steps 2-{args.steps}), {args.repeats} repeat(s), arms interleaved;"
           " mean [min-max] over repeats")
     columns = [("s/step", "step_s", ".2f"), ("gen/trained", "gen_per_trained", ".2f"),
-               ("gen/ideal", "gen_over_ideal", ".3f"), ("discarded", "discarded", ".0f"), ("rounds", "rounds", ".2f"),
+               ("gen/ideal", "gen_over_ideal", ".3f"), ("discarded", "discarded", ".1f"), ("rounds", "rounds", ".2f"),
                ("gen s", "gen_s", ".2f"),
                ("fill s", "fill_s", ".2f"), ("drain s", "drain_s", ".2f"), ("train s", "train_s", ".2f"),
                ("sync s", "sync_s", ".2f"), ("peak PSS GB", "peak_pss_gb", ".1f")]
