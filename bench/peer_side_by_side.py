@@ -269,13 +269,19 @@ def main(argv=None) -> None:
                 continue
             results[arm].append(result)
             print(f"repeat {repeat} {arm}: {result}", flush=True)
-    results = {arm: runs for arm, runs in results.items() if runs}
-    args.arms = [arm for arm in args.arms if arm in results]
+        if repeat + 1 < args.repeats:  # the figures so far, in case the run is cut short
+            report({arm: runs for arm, runs in results.items() if runs}, args, repeat + 1)
+    report({arm: runs for arm, runs in results.items() if runs}, args, args.repeats)
+
+
+def report(results: dict[str, list[dict]], args, repeats: int) -> None:
+    """The table (mean [min-max] over repeats) and the RESULT line."""
+    arms = [arm for arm in args.arms if arm in results]
 
     def mean(arm: str, key: str) -> float:
         return statistics.mean(r[key] for r in results[arm])
 
-    print(f"\n{args.steps} steps per run (s/step over steps 2-{args.steps}), {args.repeats} repeat(s), arms interleaved;"
+    print(f"\n{args.steps} steps per run (s/step over steps 2-{args.steps}), {repeats} repeat(s), arms interleaved;"
           " mean [min-max] over repeats")
     columns = [("s/step", "step_s", ".2f"), ("gen/trained", "gen_per_trained", ".2f"),
                ("gen/ideal", "gen_over_ideal", ".3f"), ("discarded", "discarded", ".1f"), ("rounds", "rounds", ".2f"),
@@ -284,7 +290,7 @@ def main(argv=None) -> None:
                ("sync s", "sync_s", ".2f"), ("peak PSS GB", "peak_pss_gb", ".1f")]
     print("| arm | " + " | ".join(name for name, _, _ in columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
-    for arm in args.arms:
+    for arm in arms:
         cells = [spread([r[key] for r in results[arm]], fmt) for _, key, fmt in columns]
         print(f"| {arm} | " + " | ".join(cells) + " |")
     line = []
@@ -302,7 +308,7 @@ def main(argv=None) -> None:
         value = max(r[key] for r in results[arm]) if how == "max" else mean(arm, key)
         digits = 2 if key == "step_s" else 3 if key == "gen_over_ideal" else 1
         line.append(f"{name}={value:.{digits}f}")
-    print("RESULT " + " ".join(line))
+    print(("RESULT " if repeats == args.repeats else f"PARTIAL after {repeats} repeat(s): ") + " ".join(line), flush=True)
 
 
 if __name__ == "__main__":
