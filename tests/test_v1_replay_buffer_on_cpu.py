@@ -105,7 +105,8 @@ def test_batch_holds_only_qualifying_groups_in_session_order_and_the_surplus_sta
     tq = transfer_queue
     clear_partition(tq)
     rollouts = ScriptedRollouts(tq, [MIXED, ALL_RIGHT, ALL_WRONG, MIXED])
-    buffer = make_buffer(rollouts)
+    # max_staleness=3: pooled + in flight may reach 3 * (1 + 3) = 12, so the first refill is not capped.
+    buffer = make_buffer(rollouts, max_staleness=3)
     batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
 
     assert len(batch.keys) == BATCH * N
@@ -157,7 +158,7 @@ def test_checkpoint_round_trip_puts_the_pooled_trajectories_back(transfer_queue)
     tq = transfer_queue
     clear_partition(tq)
     rollouts = ScriptedRollouts(tq, [MIXED])
-    buffer = make_buffer(rollouts)
+    buffer = make_buffer(rollouts, max_staleness=3)
     batch, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
     tq.kv_clear(keys=batch.keys, partition_id="train")
     state = buffer.state_dict()
@@ -165,7 +166,7 @@ def test_checkpoint_round_trip_puts_the_pooled_trajectories_back(transfer_queue)
     assert len(pooled) == (12 - BATCH) * N
 
     clear_partition(tq)  # a new process: the store is empty
-    restored = make_buffer(rollouts)
+    restored = make_buffer(rollouts, max_staleness=3)
     restored.load_state_dict(state)
     assert sorted(tq.kv_list("train")["train"]) == pooled
     second, metrics = restored.sample(global_steps=2, partition_id="train", batch_size=BATCH)
@@ -173,3 +174,19 @@ def test_checkpoint_round_trip_puts_the_pooled_trajectories_back(transfer_queue)
     values = tq.kv_batch_get(keys=second.keys, partition_id="train", select_fields=["responses"])
     assert [int(row.shape[0]) for row in values["responses"].unbind()][:N] == [5, 6, 7, 8]
     assert len(rollouts.submitted) == 1
+
+
+def test_refills_stop_where_the_drain_could_overflow_the_next_step(transfer_queue):
+    """max_staleness=1: every prompt in flight might qualify, so pooled + in flight stay within 2 * BATCH and the
+    surplus carried out always fits the next step (which trains it first): no qualifying group is dropped."""
+    tq = transfer_queue
+    clear_partition(tq)
+    rollouts = ScriptedRollouts(tq, [MIXED])  # every group qualifies: the worst case for the carry-out
+    buffer = make_buffer(rollouts, max_staleness=1)
+    for step in (1, 2, 3):
+        rollouts.step = step
+        batch, metrics = buffer.sample(global_steps=step, partition_id="train", batch_size=BATCH)
+        tq.kv_clear(keys=batch.keys, partition_id="train")
+        assert metrics["dynamic_sampling/carried_out_groups"] <= BATCH
+        assert metrics["dynamic_sampling/dropped_stale_groups"] == 0
+    assert max(rollouts.submitted) <= 2 * BATCH  # safety_margin=1 and the 0.5 prior asked for 12

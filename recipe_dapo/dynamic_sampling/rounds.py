@@ -23,16 +23,25 @@ holds finished groups in TransferQueue; ``recipe_dapo.trainers.v1``)::
     loop:
         sampler.add_round(stream.poll(), counts_as_round=False)    # groups finished since the last poll
         full:      stop once nothing is in flight (drain=True: the in-flight groups are pooled as surplus)
-        not full:  submit sampler.prompts_to_dispatch(in flight)  # deficit the in-flight prompts do not cover
+        arriving:  groups came back and others are in flight: a wave is finishing, wait (at most SETTLE_POLLS)
+        not full:  submit sampler.prompts_to_dispatch(in flight)  # deficit the in-flight prompts do not cover,
+                                                                  # capped: pooled + in flight <= B * (1 + max_staleness)
                    stop when the budget is spent and nothing is in flight
         stream.wait()                                             # the poll interval
-    batch, metrics = sampler.take_training_batch()
+    batch, metrics = sampler.take_training_batch()                # oldest groups first
+
+Why the cap and the wait: verl's agent loop on vLLM runs prompts in waves (a prompt submitted while a wave runs
+starts with the next one; a wave's groups come back within a few polls of each other). A refill sized on a wave's
+first groups, or prompts queued behind a running wave, used to be drained into the pool beyond what the next step
+could train, and dropped as stale a step later. With the cap, whatever the in-flight prompts turn out to be, the
+carry-out fits the next ``max_staleness`` steps, which train the oldest groups first: no qualifying group is dropped.
 
 Both loops use the same sampler, sizing, budget, pool and metrics.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
@@ -41,6 +50,13 @@ import numpy as np
 
 from recipe_dapo.dynamic_sampling.prompt_stream import PromptStream
 from recipe_dapo.dynamic_sampling.sampler import METRIC_PREFIX, DynamicSampler
+
+logger = logging.getLogger(__name__)
+
+SETTLE_POLLS = 4
+"""Streaming: while groups keep arriving with others still in flight (an engine wave finishing: verl's agent loop
+writes a wave's groups within a few polls of each other), a refill waits up to this many polls, so that it is sized
+on the whole wave rather than on its first groups (a refill sent then starts only with the next wave anyway)."""
 
 
 @dataclass
@@ -134,21 +150,31 @@ def collect_streaming_step(
     columns: list[dict] = []
     rounds = 0
     started, filled = time.monotonic(), None
+    log = _StreamLog(step, started)
+    arriving = 0  # polls in a row that returned groups while others were still in flight
     while True:
         scored = stream.poll()
-        if scored is not None and len(scored.group_ids):
+        arrived = scored is not None and len(scored.group_ids) > 0
+        if arrived:
             stats = _pool_scored(sampler, scored, columns, counts_as_round=False)
             stream.release(stats.group_ids[~stats.keep])
+            log.finished(stats.num_groups, stats.num_kept, after_full=filled is not None)
         in_flight = stream.in_flight()
+        arriving = arriving + 1 if arrived and in_flight else 0
         if sampler.is_full():
-            filled = filled if filled is not None else time.monotonic()
+            if filled is None:
+                filled = time.monotonic()
+                log.in_flight_at_full = in_flight
             if not drain or in_flight == 0:
                 break
+        elif 0 < arriving < SETTLE_POLLS:
+            pass  # a wave is finishing: see the rest of it before sizing a refill on a partial view
         else:
             wanted = sampler.prompts_to_dispatch(in_flight)
             if wanted:
                 stream.submit(wanted)
                 sampler.record_dispatch(wanted)
+                log.refill(wanted, in_flight, sampler)
                 rounds += 1
                 continue
             if in_flight == 0:  # the budget is spent and nothing is left to wait for
@@ -160,7 +186,44 @@ def collect_streaming_step(
     # qualifying groups are pooled for the next step).
     metrics[METRIC_PREFIX + "fill_s"] = (filled if filled is not None else ended) - started
     metrics[METRIC_PREFIX + "drain_s"] = ended - filled if filled is not None else 0.0
+    metrics.update(log.metrics())
     return CollectedStep(batch=batch, metrics=metrics, rounds=rounds, scored_columns=_concat_columns(columns))
+
+
+class _StreamLog:
+    """Where a streaming step's generation went: one DEBUG line per refill (prompts submitted, in flight as the
+    sampler saw them, groups finished and kept so far, pool size) and the step's metrics
+    (``dynamic_sampling/submitted_prompts``, ``in_flight_at_full``, ``drained_groups``, ``drained_kept_groups``)."""
+
+    def __init__(self, step: int, started: float):
+        self.step, self.started = step, started
+        self.submitted = self.finished_groups = self.kept_groups = 0
+        self.drained_groups = self.drained_kept_groups = 0
+        self.in_flight_at_full = 0
+
+    def finished(self, groups: int, kept: int, after_full: bool) -> None:
+        self.finished_groups += groups
+        self.kept_groups += kept
+        if after_full:
+            self.drained_groups += groups
+            self.drained_kept_groups += kept
+
+    def refill(self, prompts: int, in_flight: int, sampler: DynamicSampler) -> None:
+        self.submitted += prompts
+        logger.debug(
+            "step %d +%.2fs: submitted %d prompts (%d this step); in flight as seen %d, groups finished %d "
+            "(kept %d), pooled %d, keep-rate estimate %.3f",
+            self.step, time.monotonic() - self.started, prompts, self.submitted, in_flight, self.finished_groups,
+            self.kept_groups, sampler.pooled_groups, sampler.keep_rate_estimate,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            METRIC_PREFIX + "submitted_prompts": float(self.submitted),
+            METRIC_PREFIX + "in_flight_at_full": float(self.in_flight_at_full),
+            METRIC_PREFIX + "drained_groups": float(self.drained_groups),
+            METRIC_PREFIX + "drained_kept_groups": float(self.drained_kept_groups),
+        }
 
 
 def _pool_scored(sampler: DynamicSampler, scored: ScoredRound, columns: list[dict], counts_as_round: bool):

@@ -156,7 +156,30 @@ class DynamicSampler:
         missing = math.ceil(self.config.train_batch_size - expected - 1e-9)
         if missing <= 0:
             return 0
-        return next_round_prompts(self.config, missing, self._keep_rate.value, self._prompts_used())
+        prompts = next_round_prompts(self.config, missing, self._keep_rate.value, self._prompts_used())
+        room = self.dispatch_room(in_flight)
+        if room is not None and prompts > room:
+            granularity = self.config.prompt_granularity
+            # With nothing in flight the step must still make progress: one granule, when the room is smaller.
+            prompts = room - room % granularity if room >= granularity or in_flight else min(prompts, granularity)
+        return max(prompts, 0)
+
+    def dispatch_room(self, in_flight: int) -> Optional[int]:
+        """Streaming sources: the most prompts that may still be submitted so that no qualifying group can be lost.
+
+        Every prompt in flight might yet qualify, and whatever qualifies beyond this step's batch is trained by the
+        next ``max_staleness`` steps only if it fits in them (they take the oldest groups first). So pooled groups
+        plus prompts in flight plus new prompts stay within ``train_batch_size * (1 + max_staleness)``: a step's
+        drain then never carries out more than the next ``max_staleness`` steps train, and no qualifying group is
+        dropped as stale. None with ``max_staleness=0`` (the surplus is discarded by design: nothing to protect).
+        (A ``prompt_granularity`` larger than the room is the one exception: with nothing in flight, one granule is
+        sent anyway, so that the step can fill.)
+        """
+        staleness = self.config.max_staleness
+        if staleness == 0:
+            return None
+        cap = self.config.train_batch_size * (1 + staleness)
+        return max(cap - self._pool.num_groups - int(in_flight), 0)
 
     def record_dispatch(self, prompts: int) -> None:
         """Streaming sources: ``prompts`` were submitted for generation (one round of the step's budget)."""

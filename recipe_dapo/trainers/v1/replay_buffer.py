@@ -5,7 +5,12 @@ step (``ReplayBuffer.sample``). :class:`DAPOReplayBuffer` answers with the recip
 (:class:`TransferQueueGroups`): a group is judged as soon as its ``n`` responses are scored, refills are sized to the
 deficit that the prompts still in flight are not expected to cover (``DynamicSampler.prompts_to_dispatch``), the
 ``max_num_gen_batches`` budget and ``on_exhausted`` apply, and the qualifying surplus stays in TransferQueue and in
-the sampler's pool for the next step (at most ``max_staleness`` steps), instead of being deleted. The round loop
+the sampler's pool for the next step (at most ``max_staleness`` steps), instead of being deleted. Refills stop where
+the pooled groups plus every prompt in flight could exceed ``train_batch_size * (1 + max_staleness)`` (the drain then
+never carries out more than the next steps train, oldest first: no qualifying group is dropped), and wait for the rest
+of a wave whose groups are coming back (``collect_streaming_step``). The per-refill log is at DEBUG
+(``recipe_dapo.dynamic_sampling.rounds``); ``dynamic_sampling/submitted_prompts``, ``in_flight_at_full``,
+``drained_groups`` and ``drained_kept_groups`` say per step where generation went. The round loop
 itself is ``dynamic_sampling.collect_streaming_step``, shared with the tests' simulated streams.
 
 Validation batches (partition ``val``) are sampled by verl's own code, unfiltered.
