@@ -84,8 +84,17 @@ class refusals_exit_cleanly:
             from recipe_dapo.plugin import PluginNotLoadedError  # here: importing the plugin may import verl
 
             if not isinstance(error, PluginNotLoadedError):
+                from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+
+                if isinstance(error, CheckpointWriteError):  # raised in the task runner: Ray's copy has its traceback
+                    print(f"
+recipe_dapo: {getattr(error, 'cause', error)}
+", file=sys.stderr, flush=True)
+                    raise SystemExit(1)
                 return False
-        print(f"\n{error}\n", file=sys.stderr, flush=True)
+        print(f"
+{error}
+", file=sys.stderr, flush=True)
         raise SystemExit(1)
 
 

@@ -67,3 +67,22 @@ def test_sigterm_while_the_driver_is_inside_ray_init_stops_the_launch_at_once(tm
     assert not alive, [process.name() for process in alive]
     print(f"SIGTERM {'inside' if inside else 'after'} ray.init: exit {driver.returncode} in {took:.2f} s, "
           f"{len(ray_processes)} Ray processes gone")
+
+
+def test_a_checkpoint_write_error_from_the_task_runner_ends_the_driver_with_its_one_line(capsys):
+    """The trainer's CheckpointWriteError reaches the driver as Ray's copy (with the worker's traceback in its text):
+    the driver prints the one line and exits 1."""
+    from ray.exceptions import RayTaskError
+
+    from recipe_dapo.main_dapo import refusals_exit_cleanly
+    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+
+    line = "checkpoint /ckpt/global_step_2 not written (disk full: ...); last good checkpoint: /ckpt/global_step_1"
+    cause = CheckpointWriteError(line)
+    from_worker = RayTaskError("DAPOTaskRunner.run", "Traceback (most recent call last):\n  ...", cause)
+    from_worker = from_worker.as_instanceof_cause()
+    with pytest.raises(SystemExit) as exited:
+        with refusals_exit_cleanly():
+            raise from_worker
+    assert exited.value.code == 1
+    assert capsys.readouterr().err.strip() == f"recipe_dapo: {line}"
