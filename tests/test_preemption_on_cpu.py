@@ -86,3 +86,91 @@ def test_a_checkpoint_write_error_from_the_task_runner_ends_the_driver_with_its_
             raise from_worker
     assert exited.value.code == 1
     assert capsys.readouterr().err.strip() == f"recipe_dapo: {line}"
+
+
+# --------------------------------------------------------------------------------- the v1 trainer's hooks
+
+
+class SignalNow:
+    """The trainer's view of the driver's flag, raised (``trainers.preemption.TrainerWatch``)."""
+
+    def requested(self):
+        return "SIGTERM"
+
+
+def v1_trainer(tmp_path, monkeypatch, saves: list):
+    """The recipe's sync v1 trainer class around verl's hooks; verl's own checkpoint writer stands in (it needs the
+    worker groups) and writes the step folder and the tracker file as verl's does."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from conftest import compose_recipe_config
+    from recipe_dapo.trainers.v1.trainer import DAPOTrainerV1
+
+    def verls_save(trainer):
+        folder = tmp_path / "ckpt" / f"global_step_{trainer.global_steps}" / "actor"
+        folder.mkdir(parents=True)
+        (folder / "model.pt").write_bytes(b"weights")
+        (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text(str(trainer.global_steps))
+        saves.append(trainer.global_steps)
+
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", verls_save)
+
+    class ReplayBuffer:
+        def state_dict(self):
+            return {"pooled": 3}
+
+    class CheckpointManager:
+        synced = []
+
+        def update_weights(self, step):
+            self.synced.append(step)
+
+    trainer = object.__new__(DAPOTrainerV1)
+    trainer.config = compose_recipe_config(["trainer.use_v1=true", f"trainer.default_local_dir={tmp_path / 'ckpt'}"])
+    trainer.global_steps, trainer.timing_raw, trainer.stopped_by = 2, {}, None
+    trainer.replay_buffer, trainer.checkpoint_manager = ReplayBuffer(), CheckpointManager()
+    trainer.preemption = SignalNow()
+    return trainer
+
+
+def test_v1_trainer_saves_the_step_where_verl_saves_then_skips_validation_and_stops(tmp_path, monkeypatch):
+    import torch
+
+    from recipe_dapo.trainers.preemption import Preempted
+
+    saves = []
+    trainer = v1_trainer(tmp_path, monkeypatch, saves)
+    trainer.on_step_end()
+    assert saves == [2] and trainer.checkpoint_manager.synced == [2]  # saved, then verl's weight sync as usual
+    assert torch.load(tmp_path / "ckpt" / "global_step_2" / "dapo_state.pt") == {"replay_buffer": {"pooled": 3}}
+    assert trainer._validate() == {}
+    trainer.global_steps = 3
+    with pytest.raises(Preempted):
+        trainer.on_step_begin()
+
+
+def test_v1_trainer_does_not_save_a_step_twice(tmp_path, monkeypatch):
+    saves = []
+    trainer = v1_trainer(tmp_path, monkeypatch, saves)
+    trainer._save_checkpoint()  # trainer.save_freq hit this step
+    trainer.on_step_end()
+    assert saves == [2]
+
+
+def test_v1_trainer_reports_a_full_disk_in_one_line_and_removes_the_step(tmp_path, monkeypatch):
+    import errno
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+
+    trainer = v1_trainer(tmp_path, monkeypatch, [])
+
+    def full_disk(trainer):
+        (tmp_path / "ckpt" / "global_step_2" / "actor").mkdir(parents=True)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", full_disk)
+    with pytest.raises(CheckpointWriteError, match=r"global_step_2 not written \(disk full: \[Errno 28\] No space"):
+        trainer.on_step_end()
+    assert not (tmp_path / "ckpt" / "global_step_2").exists()

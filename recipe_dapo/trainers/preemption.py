@@ -112,7 +112,13 @@ class Preempted(Exception):
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """One line on stderr; ``os.write``, not ``print``: it runs in a signal handler, which may interrupt a ``print``
+    (a buffered stream refuses a reentrant write)."""
+    try:
+        sys.stderr.flush()
+    except (OSError, RuntimeError, ValueError):
+        pass
+    os.write(2, (line + "\n").encode("utf-8", "replace"))
 
 
 class DriverGuard:
@@ -150,24 +156,35 @@ class DriverGuard:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         if self._ray_setter is not None:
+            import ray
             import ray._private.utils as ray_utils
 
-            ray_utils.set_sigterm_handler = self._ray_setter
+            ray_utils.set_sigterm_handler, ray.init = self._ray_setter, self._ray_init
             self._ray_setter = None
 
     def _keep_ray_from_replacing_the_handler(self) -> None:
         """``ray.init`` installs ``sys.exit(15)`` (swallowed while ray.init runs) and the head node a handler that kills
-        every Ray process; while the guard is on, their installs are ignored (the guard ends the run itself)."""
+        every Ray process: while the guard is on, their installs are ignored (the guard ends the run itself). Its core
+        worker then puts a C++ handler on SIGTERM that prints a stack dump ("*** SIGTERM received at time=...") before
+        passing the signal on: after ``ray.init`` the guard takes SIGTERM back (crash signals keep Ray's handler)."""
         try:
+            import ray
             import ray._private.utils as ray_utils
         except ImportError:
             return
-        self._ray_setter = ray_utils.set_sigterm_handler
+        self._ray_setter, self._ray_init = ray_utils.set_sigterm_handler, ray.init
 
         def keep_recipe_handler(handler):
             logger.debug("recipe_dapo: Ray's SIGTERM handler %r not installed (pre-emption guard)", handler)
 
-        ray_utils.set_sigterm_handler = keep_recipe_handler
+        def init_then_take_the_signals_back(*args, **kwargs):
+            try:
+                return self._ray_init(*args, **kwargs)
+            finally:
+                for signum in SIGNALS:
+                    signal.signal(signum, self._on_signal)
+
+        ray_utils.set_sigterm_handler, ray.init = keep_recipe_handler, init_then_take_the_signals_back
 
     # -------------------------------------------------------------- the signal
 
