@@ -209,8 +209,14 @@ def test_sigterm_mid_run_saves_the_step_and_the_rerun_continues(tmp_path, defaul
     """A scheduler's SIGTERM to the driver during training (issue 26 item 4): the trainer finishes its step, saves it
     (no save was scheduled: save_freq=-1) with the sampler's state, the console says where to resume from, and the
     launch exits 143 within the grace; the same command resumes and the steps after the signal follow, once each."""
+    import json
+    import os
     import signal
+    import subprocess
+    import sys
     import time
+
+    from e2e_runs import REPO_ROOT
 
     common = ("trainer.total_training_steps=3", "trainer.test_freq=-1", "trainer.save_freq=-1")
     env = dict(os.environ, PYTHON=sys.executable, WORK_DIR=str(tmp_path), MODEL_PATH=default_assets["model_path"],
