@@ -5,10 +5,11 @@ the scheduler's signal; the trainer runs in the task runner, a Ray actor, possib
 through a small named Ray actor, :data:`FLAG_NAME` (:class:`PreemptionFlag`), that the trainer creates when its
 training loop begins:
 
-- the driver's handler (:class:`DriverGuard`) only records the signal and wakes a helper thread (a handler must not
-  call Ray: the main thread is inside ``ray.init`` or ``ray.get``); the helper looks the flag up. No flag: the run is
-  still starting (Ray, workers, vLLM, checkpoint load; nothing trained in this launch is lost), and the driver exits
-  at once. A flag: the helper raises it and waits up to ``dapo.preemption.grace_s`` for the trainer to stop;
+- the driver's guard (:class:`DriverGuard`) is a thread woken by the signal through Python's wakeup fd, at once
+  even while the main thread is inside ``ray.init`` or ``ray.get`` (C++ calls, where a Python handler waits for the
+  call to return, and which must not be re-entered from a handler). It looks the flag up. No flag: the run is still
+  starting (Ray, workers, vLLM, checkpoint load, first validation; nothing trained in this launch is lost), and the
+  driver exits at once. A flag: the guard raises it and waits up to ``dapo.preemption.grace_s`` for the trainer;
 - the trainer (:class:`TrainerWatch`) reads the flag at each step boundary (one small Ray call per step). Once
   raised, it finishes the step it is in, writes that step's checkpoint (sampler state included) unless one exists,
   skips validation, logs the step, prints the end-of-run summary with the resume line and returns;
@@ -16,9 +17,10 @@ training loop begins:
 
 Bound: the rest of the current step (generation rounds, update) plus one checkpoint save; when the trainer has not
 stopped after ``dapo.preemption.grace_s`` seconds, or on a second signal, the driver exits at once (the last good
-checkpoint is named). Ray's own driver handlers (``ray.init``'s ``sys.exit(15)``, which an ``ray.init`` in
-progress swallows, and the head node's kill-everything handler) are kept from replacing the recipe's while the guard
-is installed; on exit Ray's processes stop with the driver (Ray's fate sharing and ``atexit``).
+checkpoint is named). Ray's own driver handlers (``ray.init``'s ``sys.exit(15)``, which a ``ray.init`` in progress
+swallows, the head node's kill-everything handler, and the core worker's C++ dump handler, which also aborts the
+driver 3 s later) are kept from replacing the recipe's while the guard is installed; on exit Ray's processes stop
+with the driver (Ray's fate sharing and ``atexit``).
 A named actor rather than a file: the task runner may run on another node than the driver, with no shared disk.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -36,6 +39,10 @@ logger = logging.getLogger(__name__)
 
 FLAG_NAME = "recipe_dapo.preemption_flag"
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _noted(signum, frame) -> None:
+    """The Python-level handler: nothing to do, the guard's thread was woken through the wakeup fd."""
 
 
 def exit_status(signum: int) -> int:
@@ -112,8 +119,7 @@ class Preempted(Exception):
 
 
 def _say(line: str) -> None:
-    """One line on stderr; ``os.write``, not ``print``: it runs in a signal handler, which may interrupt a ``print``
-    (a buffered stream refuses a reentrant write)."""
+    """One line on stderr, straight to the file descriptor (the guard's thread may exit the process right after)."""
     try:
         sys.stderr.flush()
     except (OSError, RuntimeError, ValueError):
@@ -137,24 +143,33 @@ class DriverGuard:
         self.resume_hint = resume_hint
         self.signum: Optional[int] = None
         self._exit_now = exit_now
-        self._woken = threading.Event()
         self._trainer_returned = threading.Event()
         self._previous: dict = {}
+        self._previous_wakeup_fd = -1
+        self._pipe: Optional[tuple[int, int]] = None
         self._ray_setter = None
-        self.started = time.monotonic()
 
     # -------------------------------------------------------------- install / uninstall
 
     def install(self) -> "DriverGuard":
+        """Signals wake the guard's thread through Python's wakeup fd, written by the C-level handler the moment the
+        signal arrives: the main thread may be inside ``ray.init`` or ``ray.get`` (C++), where a Python handler would
+        run only once the call returns. The Python handlers themselves do nothing but keep the default action away."""
+        self._pipe = os.pipe()
+        os.set_blocking(self._pipe[1], False)
+        self._previous_wakeup_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
         for signum in SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+            self._previous[signum] = signal.signal(signum, _noted)
         self._keep_ray_from_replacing_the_handler()
-        threading.Thread(target=self._helper, name="recipe_dapo-preemption", daemon=True).start()
+        threading.Thread(target=self._watch, name="recipe_dapo-preemption", daemon=True).start()
         return self
 
     def uninstall(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+        self._previous = {}
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._previous_wakeup_fd)
         if self._ray_setter is not None:
             import ray
             import ray._private.utils as ray_utils
@@ -182,39 +197,55 @@ class DriverGuard:
                 return self._ray_init(*args, **kwargs)
             finally:
                 for signum in SIGNALS:
-                    signal.signal(signum, self._on_signal)
+                    signal.signal(signum, _noted)
 
         ray_utils.set_sigterm_handler, ray.init = keep_recipe_handler, init_then_take_the_signals_back
 
     # -------------------------------------------------------------- the signal
 
-    def _on_signal(self, signum, frame) -> None:
-        name = signal.Signals(signum).name
-        if self.signum is not None:
-            self._leave(f"second {name}: exiting now without waiting for the trainer")
-            return
-        self.signum = signum
-        _say(f"recipe_dapo: {name} received: stopping the run (a second {name} exits at once)")
-        self._woken.set()
+    def _watch(self) -> None:
+        """The guard's thread: the first signal stops a starting run at once, or raises the trainer's flag and waits
+        up to ``grace_s`` for it to return; a second signal, or the grace running out, exits at once."""
+        deadline = None
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._pipe[0]], [], [], timeout)
+            if self._trainer_returned.is_set():
+                return
+            if not ready:
+                name = signal.Signals(self.signum).name
+                self._leave(f"{name}: the trainer did not stop within dapo.preemption.grace_s={self.grace_s:g} s")
+                return
+            for signum in os.read(self._pipe[0], 64):
+                if signum not in SIGNALS:
+                    continue
+                name = signal.Signals(signum).name
+                if self.signum is not None:
+                    self._leave(f"second {name}: exiting now without waiting for the trainer")
+                    return
+                self.signum = signum
+                _say(f"recipe_dapo: {name} received: stopping the run (a second {name} exits at once)")
+                if not self._raise_the_flag(name):
+                    return
+                deadline = time.monotonic() + self.grace_s
 
-    def _helper(self) -> None:
-        self._woken.wait()
-        name = signal.Signals(self.signum).name
+    def _raise_the_flag(self, name: str) -> bool:
+        """Ask the trainer to stop after its step; False when the run ended here (starting, or the trainer out of
+        reach)."""
         flag = self._find_flag()
         if flag is None:
             self._leave(f"{name} during start-up (no training step in this launch): stopped")
-            return
+            return False
         try:
             import ray
 
             ray.get(flag.request.remote(name), timeout=30)
         except Exception as error:
             self._leave(f"{name}: could not reach the trainer ({error}): stopped without a final save")
-            return
+            return False
         _say(f"recipe_dapo: the trainer finishes its step and saves a checkpoint (up to dapo.preemption.grace_s="
              f"{self.grace_s:g} s)")
-        if not self._trainer_returned.wait(self.grace_s):
-            self._leave(f"{name}: the trainer did not stop within dapo.preemption.grace_s={self.grace_s:g} s")
+        return True
 
     def _find_flag(self):
         try:
@@ -241,6 +272,8 @@ class DriverGuard:
     def finish(self) -> None:
         """Call when ``run_ppo`` returned or raised: after a signal, print the resume line and exit ``128 + signal``."""
         self._trainer_returned.set()
+        if self._pipe is not None:
+            os.write(self._pipe[1], b"\0")  # wakes the guard's thread, which sees the trainer returned
         self.uninstall()
         if self.signum is not None:
             name = signal.Signals(self.signum).name
