@@ -205,7 +205,12 @@ class RunConsole:
 
     def summary_lines(self, outcome: Optional[str] = None) -> list[str]:
         """The end-of-run summary; ``outcome`` says how the run ended ("finished" when None: every step trained)."""
-        steps = f"steps {min(self.steps)}-{max(self.steps)}" if self.steps else "no training step"
+        if not self.steps:
+            steps = "no training step"
+        elif min(self.steps) == max(self.steps):
+            steps = f"step {self.steps[0]}"
+        else:
+            steps = f"steps {min(self.steps)}-{max(self.steps)}"
         lines = [f"run {outcome or 'finished'}: {steps} in {_duration(time.monotonic() - self.started)}"]
         if self.validations:
             step, final = self.validations[-1]
