@@ -69,6 +69,53 @@ def test_sigterm_while_the_driver_is_inside_ray_init_stops_the_launch_at_once(tm
           f"{len(ray_processes)} Ray processes gone")
 
 
+STUCK_TRAINER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from conftest import compose_recipe_config
+    from recipe_dapo.main_dapo import preemption_guard
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class StuckTrainer:
+        def run(self):
+            from recipe_dapo.trainers.preemption import TrainerWatch
+            TrainerWatch.open()  # training began: the driver will wait for it
+            print("training", flush=True)
+            time.sleep(120)  # a step that never ends (a hung collective, a stuck save)
+
+    config = compose_recipe_config(["trainer.default_local_dir={checkpoints}", "dapo.preemption.grace_s=3"])
+    with preemption_guard(config):
+        ray.init(num_cpus=1, include_dashboard=False)
+        ray.get(StuckTrainer.remote().run.remote())
+    print("the launch went on", flush=True)
+""")
+
+
+def test_a_trainer_that_does_not_stop_within_the_grace_is_left_and_the_driver_exits(tmp_path):
+    """dapo.preemption.grace_s bounds the exit: a trainer stuck in its step does not hold the driver past it."""
+    script = tmp_path / "driver.py"
+    script.write_text(STUCK_TRAINER.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints")))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env, cwd=tmp_path)
+    lines = []
+    for line in driver.stdout:
+        lines.append(line)
+        if line.rstrip().endswith("training"):
+            break
+    signalled = time.monotonic()
+    driver.send_signal(signal.SIGTERM)
+    output, _ = driver.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    output = "".join(lines) + output
+    assert driver.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "SIGTERM: the trainer did not stop within dapo.preemption.grace_s=3 s; last checkpoint: none" in output
+    assert 3 <= took < 10, took
+    assert "the launch went on" not in output
+    print(f"stuck trainer: exit {driver.returncode} {took:.2f} s after SIGTERM (grace 3 s)")
+
+
 def test_a_checkpoint_write_error_from_the_task_runner_ends_the_driver_with_its_one_line(capsys):
     """The trainer's CheckpointWriteError reaches the driver as Ray's copy (with the worker's traceback in its text):
     the driver prints the one line and exits 1."""
