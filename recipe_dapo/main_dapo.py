@@ -87,14 +87,10 @@ class refusals_exit_cleanly:
                 from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
 
                 if isinstance(error, CheckpointWriteError):  # raised in the task runner: Ray's copy has its traceback
-                    print(f"
-recipe_dapo: {getattr(error, 'cause', error)}
-", file=sys.stderr, flush=True)
+                    print(f"\nrecipe_dapo: {getattr(error, 'cause', error)}\n", file=sys.stderr, flush=True)
                     raise SystemExit(1)
                 return False
-        print(f"
-{error}
-", file=sys.stderr, flush=True)
+        print(f"\n{error}\n", file=sys.stderr, flush=True)
         raise SystemExit(1)
 
 
