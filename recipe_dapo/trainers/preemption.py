@@ -119,12 +119,15 @@ class Preempted(Exception):
 
 
 def _say(line: str) -> None:
-    """One line on stderr, straight to the file descriptor (the guard's thread may exit the process right after)."""
+    """One line of the recipe on the driver's console (and in the run's log file, through the console router of
+    ``tracking.noise``), flushed: the guard's thread may end the process right after."""
+    from recipe_dapo.tracking.noise import recipe_line
+
     try:
+        sys.stderr.write(recipe_line(line) + "\n")
         sys.stderr.flush()
-    except (OSError, RuntimeError, ValueError):
-        pass
-    os.write(2, (line + "\n").encode("utf-8", "replace"))
+    except Exception:  # a closed or broken stream: the line must still reach the terminal
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
 
 
 class DriverGuard:
