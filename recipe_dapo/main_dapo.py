@@ -43,7 +43,26 @@ def run(config: DictConfig) -> None:
     print(recipe_line(trainer.log_line()), flush=True)
     from verl.trainer.main_ppo import run_ppo
 
-    run_ppo(config, task_runner_class=load(trainer.task_runner))
+    with preemption_guard(config):
+        run_ppo(config, task_runner_class=load(trainer.task_runner))
+
+
+class preemption_guard:
+    """SIGTERM / SIGINT from here on: during start-up the launch stops at once; during training the trainer saves its
+    step and the driver exits with 128 + signal after printing where to resume from (``trainers.preemption``)."""
+
+    def __init__(self, config: DictConfig):
+        self.config = config
+
+    def __enter__(self):
+        from recipe_dapo.trainers.preemption import guard_driver
+
+        self.guard = guard_driver(self.config)
+        return self.guard
+
+    def __exit__(self, kind, error, traceback):
+        self.guard.finish()  # after a signal: raises SystemExit(128 + signal), whatever ended the run
+        return False
 
 
 @hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
@@ -65,6 +84,11 @@ class refusals_exit_cleanly:
             from recipe_dapo.plugin import PluginNotLoadedError  # here: importing the plugin may import verl
 
             if not isinstance(error, PluginNotLoadedError):
+                from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+
+                if isinstance(error, CheckpointWriteError):  # raised in the task runner: Ray's copy has its traceback
+                    print(f"\nrecipe_dapo: {getattr(error, 'cause', error)}\n", file=sys.stderr, flush=True)
+                    raise SystemExit(1)
                 return False
         print(f"\n{error}\n", file=sys.stderr, flush=True)
         raise SystemExit(1)

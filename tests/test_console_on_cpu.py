@@ -155,3 +155,39 @@ def test_summary_is_printed_once(run_dir):
     output, tracking = run_four_steps(run_dir)
     tracking.finish()
     assert output.count("run finished") == 1
+
+
+def test_summary_ends_with_how_to_continue_from_the_last_checkpoint(run_dir):
+    output, _ = run_four_steps(run_dir)
+    assert output.splitlines()[-1] == (
+        "  to train further: raise trainer.total_training_steps and rerun the same command "
+        "(trainer.resume_mode=auto continues from it)"
+    )
+
+
+def test_a_failed_or_stopped_run_ends_with_the_summary_and_the_resume_line(run_dir):
+    for outcome, expected in (("failed at step 3 (RuntimeError)", "run failed at step 3 (RuntimeError): steps 1-2"),
+                              ("stopped by SIGTERM after step 2", "run stopped by SIGTERM after step 2: steps 1-2")):
+        stream = io.StringIO()
+        tracking = DAPOTracking("recipe_dapo", "dapo_cpu", default_backend=["console"], total_steps=4,
+                                checkpoint_dir=str(run_dir / "checkpoints"), console_stream=stream,
+                                resume_mode="disable")
+        for step in (1, 2):
+            tracking.log(step_metrics(step), step=step)
+        tracking.finish(exit_code=1, outcome=outcome)
+        lines = stream.getvalue().splitlines()
+        assert lines[2].startswith(expected + " in ")
+        assert f"  checkpoint: {run_dir / 'checkpoints' / 'global_step_4'}" in lines
+        assert lines[-1] == "  to resume: rerun with trainer.resume_mode=auto (trainer.resume_mode=disable starts over)"
+
+
+def test_summary_without_a_checkpoint_says_so_and_prints_no_verl_noise(tmp_path, capsys):
+    from recipe_dapo.tracking.console import RunConsole
+
+    stream = io.StringIO()
+    console = RunConsole(total_steps=2, checkpoint_dir=str(tmp_path / "none_yet"), stream=stream)
+    console.finish()
+    assert "  checkpoint: none saved (trainer.save_freq)" in stream.getvalue()
+    assert stream.getvalue().splitlines()[-1].startswith("  to resume: no checkpoint saved, a rerun starts from step 0")
+    captured = capsys.readouterr()
+    assert "Checkpoint tracker file does not exist" not in captured.out + captured.err

@@ -44,6 +44,7 @@ def refusal(overrides, **kwargs) -> str:
         ("+custom_reward_function.path=/my/reward.py", "set reward.custom_reward_function.path instead"),
         ("algorithm.filter_groups.metric=nope", "algorithm.filter_groups.metric='nope'"),
         ("dapo.dynamic_sampling.max_empty_rounds=0", "max_empty_rounds must be >= 1"),
+        ("dapo.preemption.grace_s=0", "dapo.preemption.grace_s=0.0: the driver waits"),
     ],
 )
 def test_each_mistake_is_refused_with_its_key_and_fix(data, override, expected):

@@ -17,6 +17,10 @@ a step whose budget runs out with nothing to train, and the step after it.
 
 from __future__ import annotations
 
+import errno
+import io
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -209,8 +213,8 @@ class RecordingTracker:
     def log(self, data, step):
         RecordingTracker.logged.setdefault(step, {}).update(data)
 
-    def finish(self):
-        pass
+    def finish(self, exit_code=0, outcome=None):
+        RecordingTracker.outcome = outcome
 
 
 def make_inputs(folder):
@@ -448,3 +452,109 @@ def test_updates_skipped_in_a_row_stop_the_run_saying_what_to_check(tmp_path, in
     with pytest.raises(NonFiniteUpdates, match="the last 2 steps' updates were all skipped .* Check the rewards"):
         trainer.fit()
     assert trainer.global_steps == 2
+
+
+# ------------------------------------------------------------------------------------------- faults (issue 26)
+
+
+class SignalAfter:
+    """``trainers.preemption.TrainerWatch`` as the trainer sees it: the driver's SIGTERM shows from the ``calls``-th
+    read of the flag on (the trainer reads it before each step and after each step's save)."""
+
+    def __init__(self, calls: int):
+        self.calls, self.reads = calls, 0
+
+    def requested(self):
+        self.reads += 1
+        return "SIGTERM" if self.reads >= self.calls else None
+
+
+@pytest.mark.parametrize("reads, saved_step, outcome", [
+    (4, 2, "stopped by SIGTERM after step 2"),  # during step 2: the step is finished, then saved
+    (5, 2, "stopped by SIGTERM before step 3"),  # between steps 2 and 3: step 2 is saved, step 3 not begun
+])
+def test_sigterm_saves_the_last_step_and_the_rerun_trains_what_an_uninterrupted_run_trains(
+        tmp_path, inputs, monkeypatch, reads, saved_step, outcome):
+    import os
+
+    import recipe_dapo.trainers.classic.trainer as trainer_module
+
+    whole, _ = build_trainer(tmp_path / "whole", inputs, monkeypatch)
+    whole.fit()
+    expected = whole.actor_rollout_wg.trained_sequences
+
+    watch = SignalAfter(reads)
+    monkeypatch.setattr(trainer_module.TrainerWatch, "open", classmethod(lambda cls: watch))
+    stopped, _ = build_trainer(tmp_path / "split", inputs, monkeypatch)  # save_freq=0: no scheduled save
+    stopped.fit()
+    assert sorted(RecordingTracker.logged) == [1, 2] and RecordingTracker.outcome == outcome
+    checkpoints = stopped.config.trainer.default_local_dir
+    assert os.path.exists(f"{checkpoints}/global_step_{saved_step}/dapo_state.pt")
+    assert open(f"{checkpoints}/latest_checkpointed_iteration.txt").read() == str(saved_step)
+
+    monkeypatch.setattr(trainer_module.TrainerWatch, "open", classmethod(lambda cls: SignalAfter(10**9)))
+    resumed, _ = build_trainer(tmp_path / "split", inputs, monkeypatch)
+    resumed.fit()
+    assert sorted(RecordingTracker.logged) == [3, 4, 5]
+    assert stopped.actor_rollout_wg.trained_sequences + resumed.actor_rollout_wg.trained_sequences == expected
+
+
+class FullDisk(io.FileIO):
+    """A file on a disk with ``room`` bytes left: writes past it fail as the kernel fails them (ENOSPC)."""
+
+    room = 1 << 12
+
+    def write(self, data):
+        if self.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(data)
+
+
+def test_a_full_disk_while_saving_removes_the_half_written_step_and_says_so_in_one_line(tmp_path, inputs,
+                                                                                       monkeypatch):
+    """The actor's optimizer file is cut part-way (torch's writer fails with ``enforce fail at inline_container.cc``,
+    as on a real full disk): the step's folder goes, verl's tracker still names the last good checkpoint, and the
+    error is one line with the path, the cause, the space needed and the last good checkpoint."""
+    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+
+    trainer, device = build_trainer(tmp_path, inputs, monkeypatch, "trainer.total_training_steps=1", "trainer.save_freq=1")
+    trainer.fit()
+    checkpoints = trainer.config.trainer.default_local_dir
+    good = os.path.join(checkpoints, "global_step_1")
+    assert os.path.isdir(good)
+
+    def save_on_a_full_disk(local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+        os.makedirs(local_path, exist_ok=True)
+        torch.save({"version": device.actor_version}, os.path.join(local_path, "model.pt"))
+        with FullDisk(os.path.join(local_path, "optim.pt"), "wb") as stream:
+            torch.save({"exp_avg": torch.zeros(1 << 16)}, stream)
+
+    trainer.actor_rollout_wg.save_checkpoint = save_on_a_full_disk
+    trainer.global_steps = 2
+    with pytest.raises(CheckpointWriteError) as raised:
+        trainer._save_checkpoint()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert f"checkpoint {checkpoints}/global_step_2 not written (disk full: [enforce fail at inline_container.cc" in message
+    needed = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(good) for f in files)
+    assert f"needs about {needed / (1 << 20):.1f} MiB" in message
+    assert f"last good checkpoint: {good} " in message
+    assert not os.path.exists(os.path.join(checkpoints, "global_step_2"))
+    assert open(os.path.join(checkpoints, "latest_checkpointed_iteration.txt")).read() == "1"
+
+
+def test_a_full_disk_while_writing_the_samplers_state_fails_the_same_way(tmp_path, inputs, monkeypatch):
+    import builtins
+
+    import recipe_dapo.trainers.checkpoint_state as checkpoint_state
+    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+
+    trainer, _ = build_trainer(tmp_path, inputs, monkeypatch)
+    trainer.global_steps = 1
+    real_open = builtins.open
+    monkeypatch.setattr(checkpoint_state, "open",
+                        lambda path, mode="r", *a, **k: FullDisk(path, mode) if "dapo_state" in str(path) and "w" in mode
+                        else real_open(path, mode, *a, **k), raising=False)
+    with pytest.raises(CheckpointWriteError, match=r"global_step_1 not written \(disk full: .*last good checkpoint: none"):
+        trainer._save_checkpoint()
+    assert not os.path.exists(os.path.join(trainer.config.trainer.default_local_dir, "global_step_1"))

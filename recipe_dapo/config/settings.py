@@ -47,6 +47,21 @@ class PreflightSettings:
 
 
 @dataclass
+class PreemptionSettings:
+    """``dapo.preemption``: what SIGTERM / SIGINT to the driver does (``recipe_dapo.trainers.preemption``).
+
+    During start-up the launch stops at once. During training the trainer finishes its current step, saves that
+    step's checkpoint (unless saved), prints the end-of-run summary and the resume line, and the driver exits with
+    ``128 + signal``; a second signal exits at once."""
+
+    grace_s: float = 600.0
+    """Longest wait, in seconds, for the trainer to finish its step and save after the signal; then the driver exits
+    without that save (the last good checkpoint is named). Set it below the scheduler's own grace (SLURM
+    ``--signal=TERM@<lead>`` / ``KillWait``, Kubernetes ``terminationGracePeriodSeconds``), leaving room for one step
+    plus one checkpoint save."""
+
+
+@dataclass
 class CpuSettings:
     """``dapo.cpu``: settings of ``platform=cpu`` runs."""
 
@@ -90,6 +105,7 @@ class DapoSettings:
     """Dynamic sampling beyond the paper; verl's ``algorithm.filter_groups`` holds enable / metric / budget."""
     health: HealthSettings = field(default_factory=HealthSettings)
     preflight: PreflightSettings = field(default_factory=PreflightSettings)
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     cpu: CpuSettings = field(default_factory=CpuSettings)
     paths: PathsSettings = field(default_factory=PathsSettings)
     name: NameSettings = field(default_factory=NameSettings)

@@ -31,7 +31,7 @@ from recipe_dapo.preflight.cluster import rule_batch_sizes, rule_cluster_shape, 
 from recipe_dapo.preflight.inputs import rule_data_files, rule_model_path, rule_prompt_lengths
 from recipe_dapo.preflight.reward import rule_legacy_keys, rule_reward
 from recipe_dapo.preflight.sampling import rule_dynamic_sampling, rule_filter_metric, rule_prompt_keys
-from recipe_dapo.preflight.trainers import rule_ignored_options, rule_trainer, rule_v1_installed
+from recipe_dapo.preflight.trainers import rule_ignored_options, rule_preemption, rule_trainer, rule_v1_installed
 from recipe_dapo.preflight.verl import rule_registries, rule_verl_configs
 
 __all__ = ["CheckReport", "DAPOConfigError", "RULES", "VERL_RULES", "check_config"]
@@ -39,6 +39,7 @@ __all__ = ["CheckReport", "DAPOConfigError", "RULES", "VERL_RULES", "check_confi
 RULES: tuple[Rule, ...] = (
     rule_trainer,
     rule_ignored_options,
+    rule_preemption,
     rule_algorithm,
     rule_batch_sizes,
     rule_clip,

@@ -150,15 +150,17 @@ def _duration(seconds: float) -> str:
 
 
 def latest_checkpoint(checkpoint_dir: Optional[str]) -> Optional[str]:
-    """The newest ``global_step_*`` folder verl's tracker file points to (verl's own lookup), if any."""
-    if not checkpoint_dir:
-        return None
-    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+    """The ``global_step_*`` folder verl's tracker file points to, if any (read directly: verl's finder prints
+    ``Checkpoint tracker file does not exist`` when there is none yet)."""
+    from recipe_dapo.trainers.checkpoint_state import latest_checkpoint as from_tracker_file
 
-    try:
-        return find_latest_ckpt_path(checkpoint_dir)
-    except Exception:  # an unreadable tracker file must not break the summary
-        return None
+    return from_tracker_file(checkpoint_dir)
+
+
+def announce(line: str) -> None:
+    """One line on the run's console (stdout, no prefix), from any process of the run (Ray forwards a worker's)."""
+    _ensure_handler()
+    logger.info(line)
 
 
 class RunConsole:
@@ -170,10 +172,12 @@ class RunConsole:
         checkpoint_dir: Optional[str] = None,
         metrics_file: Optional[str] = None,
         stream=None,
+        resume_mode: str = "auto",
     ):
         self.total_steps = total_steps
         self.checkpoint_dir = checkpoint_dir
         self.metrics_file = metrics_file
+        self.resume_mode = resume_mode
         self.started = time.monotonic()
         self.steps: list[int] = []
         self.validations: list[tuple[int, dict[str, dict[str, float]]]] = []
@@ -199,9 +203,15 @@ class RunConsole:
             self.validations.append((step, headlines))
             logger.info("validation at step %d | %s", step, format_validation(headlines))
 
-    def summary_lines(self) -> list[str]:
-        steps = f"steps {min(self.steps)}-{max(self.steps)}" if self.steps else "no training step"
-        lines = [f"run finished: {steps} in {_duration(time.monotonic() - self.started)}"]
+    def summary_lines(self, outcome: Optional[str] = None) -> list[str]:
+        """The end-of-run summary; ``outcome`` says how the run ended ("finished" when None: every step trained)."""
+        if not self.steps:
+            steps = "no training step"
+        elif min(self.steps) == max(self.steps):
+            steps = f"step {self.steps[0]}"
+        else:
+            steps = f"steps {min(self.steps)}-{max(self.steps)}"
+        lines = [f"run {outcome or 'finished'}: {steps} in {_duration(time.monotonic() - self.started)}"]
         if self.validations:
             step, final = self.validations[-1]
             lines.append(f"  validation, final (step {step}): " + format_validation(final))
@@ -223,14 +233,30 @@ class RunConsole:
             share = f" ({100 * self.trained_tokens / self.generated_tokens:.0f}%)"
             generated, trained = _tokens(self.generated_tokens), _tokens(self.trained_tokens)
             lines.append(f"  tokens: {generated} generated, {trained} trained{share}")
+        lines.append("  " + resume_advice(checkpoint, self.resume_mode, completed=outcome is None))
         return lines
 
-    def finish(self) -> None:
+    def finish(self, outcome: Optional[str] = None) -> None:
         if self._finished:
             return
         self._finished = True
-        for line in self.summary_lines():
+        for line in self.summary_lines(outcome):
             logger.info(line)
+
+
+def resume_advice(checkpoint: Optional[str], resume_mode: str = "auto", completed: bool = False) -> str:
+    """The summary's last line: the command that continues from ``checkpoint`` (verl's ``trainer.resume_mode``)."""
+    if checkpoint is None:
+        return "to resume: no checkpoint saved, a rerun starts from step 0 (trainer.save_freq sets how often to save)"
+    if resume_mode == "resume_path":
+        how = f"rerun with trainer.resume_from_path={checkpoint}"
+    elif resume_mode == "auto":
+        how = "rerun the same command (trainer.resume_mode=auto continues from it)"
+    else:
+        how = f"rerun with trainer.resume_mode=auto (trainer.resume_mode={resume_mode} starts over)"
+    if completed:
+        return f"to train further: raise trainer.total_training_steps and {how}"
+    return f"to resume: {how}"
 
 
 def _ensure_handler(stream=None) -> None:
@@ -248,7 +274,7 @@ def _ensure_handler(stream=None) -> None:
     logger.propagate = False
 
 
-__all__ = ["RunConsole", "format_step_line", "format_validation", "validation_headlines"]
+__all__ = ["RunConsole", "announce", "format_step_line", "format_validation", "resume_advice", "validation_headlines"]
 
 
 def run_summary(config: DictConfig) -> dict[str, object]:

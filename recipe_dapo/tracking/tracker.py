@@ -53,6 +53,7 @@ class DAPOTracking(Tracking):
         total_steps: Optional[int] = None,
         checkpoint_dir: Optional[str] = None,
         console_stream=None,
+        resume_mode: str = "auto",
     ):
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend)
         super().__init__(project_name, experiment_name, [b for b in backends if b not in REPLACED_BACKENDS], config)
@@ -62,18 +63,20 @@ class DAPOTracking(Tracking):
             metrics_file = os.path.abspath(self.logger["file"].filepath)  # the summary names it from anywhere
         if "console" in backends:
             self.console_logger = RunConsole(
-                total_steps, checkpoint_dir=checkpoint_dir, metrics_file=metrics_file, stream=console_stream
+                total_steps, checkpoint_dir=checkpoint_dir, metrics_file=metrics_file, stream=console_stream,
+                resume_mode=resume_mode,
             )
             self.logger["console"] = self.console_logger
 
-    def finish(self, exit_code: int = 0) -> None:
-        """verl's finish (flush and close every backend), then the console's end-of-run summary."""
+    def finish(self, exit_code: int = 0, outcome: Optional[str] = None) -> None:
+        """verl's finish (flush and close every backend), then the console's end-of-run summary; ``outcome`` says how
+        the run ended when it did not train every step (``failed at step 3: ...``, ``stopped by SIGTERM ...``)."""
         if getattr(self, "_finished", False):
             return
         super().finish(exit_code)
         console = getattr(self, "logger", {}).get("console")
         if isinstance(console, RunConsole):
-            console.finish()
+            console.finish(outcome if outcome is not None or exit_code == 0 else "failed")
 
 
 def open_tracking(config: DictConfig, resumed_step: int, total_steps: Optional[int]) -> DAPOTracking:
@@ -86,4 +89,5 @@ def open_tracking(config: DictConfig, resumed_step: int, total_steps: Optional[i
         resumed_step=resumed_step,
         total_steps=total_steps,
         checkpoint_dir=os.path.abspath(config.trainer.default_local_dir) if config.trainer.default_local_dir else None,
+        resume_mode=str(config.trainer.get("resume_mode", "auto")),
     )

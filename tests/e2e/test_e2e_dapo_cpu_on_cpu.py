@@ -203,3 +203,49 @@ def test_v1_colocate_async_trains_with_partial_rollout_and_saves_its_state(tmp_p
         assert "dynamic_sampling/in_flight_prompts" in metrics and "dynamic_sampling/off_policy_dropped_groups" in metrics
     checkpoint = tmp_path / "checkpoints" / "global_step_3"
     assert (checkpoint / "dapo_state.pt").exists() and (checkpoint / "transfer_queue").exists()
+
+
+def test_sigterm_mid_run_saves_the_step_and_the_rerun_continues(tmp_path, default_assets):
+    """A scheduler's SIGTERM to the driver during training (issue 26 item 4): the trainer finishes its step, saves it
+    (no save was scheduled: save_freq=-1) with the sampler's state, the console says where to resume from, and the
+    launch exits 143 within the grace; the same command resumes and the steps after the signal follow, once each."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from e2e_runs import REPO_ROOT
+
+    common = ("trainer.total_training_steps=3", "trainer.test_freq=-1", "trainer.save_freq=-1")
+    env = dict(os.environ, PYTHON=sys.executable, WORK_DIR=str(tmp_path), MODEL_PATH=default_assets["model_path"],
+               TRAIN_FILE=default_assets["train_file"], VAL_FILE=default_assets["val_file"])
+    log = tmp_path / "signalled.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *common], env=env,
+                                   stdout=out, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 600
+        while "step 1/3" not in log.read_text() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert process.poll() is None, f"the run ended before step 1:\n{log.read_text()[-4000:]}"
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)  # the script execs python: this is the driver
+        returncode = process.wait(timeout=600)
+        took = time.monotonic() - signalled
+    console = log.read_text()
+    assert returncode == 128 + signal.SIGTERM, console[-4000:]
+    saved = sorted(int(path.name.split("_")[-1]) for path in (tmp_path / "checkpoints").glob("global_step_*"))
+    assert len(saved) == 1 and saved[0] in (1, 2), (saved, console[-4000:])
+    step = saved[0]
+    assert (tmp_path / "checkpoints" / f"global_step_{step}" / "dapo_state.pt").exists()
+    assert (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(step)
+    assert f"stopped by SIGTERM; last checkpoint: {tmp_path / 'checkpoints' / f'global_step_{step}'}" in console
+    assert "to resume: rerun the same command" in console
+    assert f"step {step + 1}/3" not in console  # the run stopped after the step it was in
+    print(f"SIGTERM -> exit in {took:.1f} s, checkpoint of step {step}")
+
+    resumed = run_default_script(tmp_path, default_assets, *common)
+    assert f"resumed at step {step}:" in resumed.stdout + resumed.stderr
+    lines = [json.loads(line) for line in metrics_file(tmp_path).read_text().splitlines()]
+    assert [line["step"] for line in lines if line["step"] > 0] == [1, 2, 3]

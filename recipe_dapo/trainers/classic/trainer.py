@@ -64,7 +64,14 @@ from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.nodes import log_placement
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
-from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
+from recipe_dapo.trainers.checkpoint_state import (
+    checkpoint_exists,
+    guarded_save,
+    load_recipe_state,
+    resume_line,
+    save_recipe_state,
+)
+from recipe_dapo.trainers.preemption import TrainerWatch
 from recipe_dapo.trainers.step_metrics import (
     GEN_TIMER,
     RESPONSE_TOKENS_METRIC,
@@ -73,6 +80,7 @@ from recipe_dapo.trainers.step_metrics import (
     UpdateGuard,
     scored_round_metrics,
 )
+from recipe_dapo.tracking.console import announce
 from recipe_dapo.tracking.tracker import open_tracking
 
 logger = logging.getLogger(__name__)
@@ -89,6 +97,8 @@ class RayDAPOTrainer(RayPPOTrainer):
         self.eos_token_ids = stop_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
         self._rounds_generated_in_step: dict[int, int] = {}
         self.update_guard = UpdateGuard(self.config.dapo.health.max_skipped_updates)
+        self.preemption = TrainerWatch(None)  # fit() opens the real one (the driver then knows training began)
+        self.stopped_by: Optional[str] = None  # the signal's name once the run stopped for pre-emption
 
     # ------------------------------------------------------------------ set-up
 
@@ -153,19 +163,57 @@ class RayDAPOTrainer(RayPPOTrainer):
                 return
 
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="DAPO training steps")
+        self.preemption = TrainerWatch.open()
         self.global_steps += 1
         self.max_steps_duration = 0
         try:
             while self.global_steps <= self.total_training_steps:
+                if self.stop_between_steps():
+                    break
                 SkipManager.set_step(self.global_steps)
                 self.train_step()
                 progress.update(1)
+                if self.stopped_by:
+                    break
                 self.global_steps += 1
+        except Exception as error:
+            self.tracker.finish(exit_code=1, outcome=f"failed at step {self.global_steps} ({type(error).__name__})")
+            raise
         finally:
             progress.close()
             if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
                 self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
             self._shutdown_dump_executor()
+
+    # ------------------------------------------------------------------ pre-emption (``trainers.preemption``)
+
+    def stop_between_steps(self) -> bool:
+        """Before step ``global_steps``: on a pre-emption request, checkpoint the step just done (unless saved) and
+        end the run with the summary."""
+        signal_name = self.preemption.requested()
+        if not signal_name:
+            return False
+        self.stopped_by = signal_name
+        done = self.global_steps - 1
+        if done > 0 and not checkpoint_exists(self.config.trainer.default_local_dir, done):
+            self.global_steps = done
+            try:
+                self._save_checkpoint()
+            finally:
+                self.global_steps = done + 1
+        self.tracker.finish(exit_code=1, outcome=f"stopped by {signal_name} before step {done + 1}")
+        return True
+
+    def save_if_preempted(self, timing: dict) -> bool:
+        """End of a step: on a pre-emption request, checkpoint this step (unless saved); True if the run stops."""
+        signal_name = self.preemption.requested()
+        if not signal_name:
+            return False
+        self.stopped_by = signal_name
+        if not checkpoint_exists(self.config.trainer.default_local_dir, self.global_steps):
+            with marked_timer("save_checkpoint", timing, color="green"):
+                self._save_checkpoint()
+        return True
 
     def train_step(self) -> dict:
         """One optimizer step of Algorithm 1; returns the metrics it logged."""
@@ -183,7 +231,9 @@ class RayDAPOTrainer(RayPPOTrainer):
                 # Under on_exhausted=train_partial too few groups qualified for one mini-batch: no update.
                 logger.warning("step %d: too few qualifying groups for a mini-batch; skipping the update", self.global_steps)
             self.maybe_save(timing, is_last_step)
-        self.maybe_validate(metrics, timing, is_last_step)
+            stopping = self.save_if_preempted(timing)
+        if not stopping:  # pre-empted: no validation, the time is the checkpoint's
+            self.maybe_validate(metrics, timing, is_last_step)
         self.log_step(batch, metrics, timing)
         return metrics
 
@@ -399,22 +449,30 @@ class RayDAPOTrainer(RayPPOTrainer):
                 self.train_dataset.on_batch_end(batch=batch)
             metrics[RESPONSE_TOKENS_METRIC] = int(batch.batch["response_mask"].sum())  # after the overlong filter
         self.tracker.log(data=metrics, step=self.global_steps)
-        if self.global_steps >= self.total_training_steps:
+        if self.stopped_by:
+            self.tracker.finish(exit_code=1, outcome=f"stopped by {self.stopped_by} after step {self.global_steps}")
+        elif self.global_steps >= self.total_training_steps:
             self.tracker.finish()  # flush every backend; the console prints the run's summary
 
     # ------------------------------------------------------------------ checkpoint and resume
 
     def _save_checkpoint(self):
         """verl's checkpoint plus the sampler, the prompt stream and the dataloader position (``checkpoint_state``:
-        written first, so a run killed at any moment resumes from a complete checkpoint)."""
+        written first, so a run killed at any moment resumes from a complete checkpoint). A failed save (a full
+        disk) removes the half-written folder and raises ``CheckpointWriteError`` with one line saying why."""
         state = {
             "sampler": self.sampler.state_dict(),
             "prompt_stream": self.prompt_stream.state_dict(),
             "dataloader": self.train_dataloader.state_dict(),
             "update_guard": self.update_guard.state_dict(),
         }
-        save_recipe_state(self.config, self.global_steps, state)
-        super()._save_checkpoint()
+
+        def save():
+            save_recipe_state(self.config, self.global_steps, state)
+            RayPPOTrainer._save_checkpoint(self)
+
+        guarded_save(self.config.trainer.default_local_dir, self.global_steps, save,
+                     model_path=self.config.actor_rollout_ref.model.path)
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
@@ -427,7 +485,12 @@ class RayDAPOTrainer(RayPPOTrainer):
         # not line up with DAPO's steps; the position saved with the sampler is authoritative.
         self.train_dataloader.load_state_dict(state["dataloader"])
         self.update_guard.load_state_dict(state.get("update_guard", {}))
-        logger.info("resumed dynamic sampling at step %d (%d groups pooled)", self.global_steps, self.sampler.pooled_groups)
+        stream = state["prompt_stream"]
+        announce(resume_line(
+            self.global_steps,
+            self.sampler.pooled_groups,
+            f"epoch {stream['epoch']}, {stream['prompts_taken']} prompts taken",
+        ))
         return result
 
 

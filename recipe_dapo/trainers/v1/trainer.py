@@ -33,7 +33,15 @@ from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, registe
 
 from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
-from recipe_dapo.trainers.checkpoint_state import load_recipe_state, save_recipe_state
+from recipe_dapo.trainers.checkpoint_state import (
+    checkpoint_exists,
+    guarded_save,
+    load_recipe_state,
+    resume_line,
+    save_recipe_state,
+)
+from recipe_dapo.trainers.preemption import Preempted, TrainerWatch
+from recipe_dapo.tracking.console import announce
 from recipe_dapo.tracking.tracker import open_tracking
 from recipe_dapo.trainers.step_metrics import RESPONSE_TOKENS_METRIC, UpdateGuard
 from recipe_dapo.trainers.table import v1_entry
@@ -54,6 +62,8 @@ class _DAPOOnV1:
             )
         self._stop_ids: Optional[list[int]] = None
         self.update_guard = UpdateGuard(config.dapo.health.max_skipped_updates)
+        self.preemption = TrainerWatch(None)  # fit() opens the real one (the driver then knows training began)
+        self.stopped_by: Optional[str] = None
         if config.dapo.seeded_rollouts:
             logger.warning("dapo.seeded_rollouts applies to the classic trainer only: on verl's v1 trainer which prompts "
                            "a refill submits depends on the order in which groups finish, so runs do not repeat exactly")
@@ -126,10 +136,40 @@ class _DAPOOnV1:
             self.config, resumed_step=self.global_steps, total_steps=self.total_training_steps
         )
         verl_trainer_base.pprint = lambda text: logger.debug("%s", text)
+        self.preemption = TrainerWatch.open()
         try:
             super().fit(agent_loop_manager)
+        except Preempted:
+            self.logger.finish(exit_code=1, outcome=f"stopped by {self.stopped_by} after step {self.global_steps - 1}")
+        except Exception as error:
+            tracking = getattr(self, "logger", None)
+            if tracking is not None and hasattr(tracking, "finish"):
+                tracking.finish(exit_code=1, outcome=f"failed at step {self.global_steps} ({type(error).__name__})")
+            raise
         finally:
             verl_trainer_base.Tracking, verl_trainer_base.pprint = verl_tracking, verl_pprint
+
+    # ---------------------------------------------------------------- pre-emption (``trainers.preemption``)
+
+    def on_step_end(self):
+        """Where verl saves: on a pre-emption request, checkpoint this step (unless saved); the run stops before the
+        next step, once verl logged this one (validation is skipped)."""
+        signal_name = self.preemption.requested()
+        if signal_name and not self.stopped_by:
+            self.stopped_by = signal_name
+            if not checkpoint_exists(self.config.trainer.default_local_dir, self.global_steps):
+                self._save_checkpoint()
+        super().on_step_end()
+
+    def on_step_begin(self):
+        if self.stopped_by:
+            raise Preempted(self.stopped_by)
+        super().on_step_begin()
+
+    def _validate(self, *args, **kwargs):
+        if self.stopped_by:  # pre-empted: the time is the checkpoint's
+            return {}
+        return super()._validate(*args, **kwargs)
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         """verl's metrics, plus the response tokens that carried loss (``step_metrics.RESPONSE_TOKENS_METRIC``: counted
@@ -151,10 +191,17 @@ class _DAPOOnV1:
     # ---------------------------------------------------------------- checkpoints
 
     def _save_checkpoint(self):
-        """The sampler (with its pooled groups' trajectories) first, then verl's checkpoint (``checkpoint_state``)."""
-        save_recipe_state(self.config, self.global_steps, {"replay_buffer": self.replay_buffer.state_dict(),
-                                                           "update_guard": self.update_guard.state_dict()})
-        super()._save_checkpoint()
+        """The sampler (with its pooled groups' trajectories) first, then verl's checkpoint (``checkpoint_state``); a
+        failed save (a full disk) removes the half-written folder and raises ``CheckpointWriteError`` (one line)."""
+        parent_save = super()._save_checkpoint
+
+        def save():
+            save_recipe_state(self.config, self.global_steps, {"replay_buffer": self.replay_buffer.state_dict(),
+                                                               "update_guard": self.update_guard.state_dict()})
+            parent_save()
+
+        guarded_save(self.config.trainer.default_local_dir, self.global_steps, save,
+                     model_path=self.config.actor_rollout_ref.model.path)
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -164,8 +211,9 @@ class _DAPOOnV1:
         # In the async modes verl restored TransferQueue itself, with the prompts that were still generating.
         self.replay_buffer.load_state_dict(state["replay_buffer"], restored_in_flight=self._restored_tq_prompt_count)
         self.update_guard.load_state_dict(state.get("update_guard", {}))
-        logger.info("resumed dynamic sampling at step %d (%d groups pooled)", self.global_steps,
-                    self.replay_buffer.sampler.pooled_groups)
+        in_flight = f"{self._restored_tq_prompt_count} prompts restored in flight" if not self.replay_buffer.drain else (
+            "no prompts in flight (sync)")
+        announce(resume_line(self.global_steps, self.replay_buffer.sampler.pooled_groups, in_flight))
 
 
 @register_trainer(v1_entry("sync").registered_name)

@@ -1,0 +1,304 @@
+"""Pre-emption: SIGTERM or SIGINT to the driver ends the run with a checkpoint of the last step and a resume line.
+
+Two processes are involved. The driver (``main_dapo`` -> verl's ``run_ppo`` -> ``ray.get(task_runner.run)``) gets
+the scheduler's signal; the trainer runs in the task runner, a Ray actor, possibly on another node. They meet
+through a small named Ray actor, :data:`FLAG_NAME` (:class:`PreemptionFlag`), that the trainer creates when its
+training loop begins:
+
+- the driver's guard (:class:`DriverGuard`) is a thread woken by the signal through Python's wakeup fd, at once
+  even while the main thread is inside ``ray.init`` or ``ray.get`` (C++ calls, where a Python handler waits for the
+  call to return, and which must not be re-entered from a handler). It looks the flag up. No flag: the run is still
+  starting (Ray, workers, vLLM, checkpoint load, first validation; nothing trained in this launch is lost), and the
+  driver exits at once. A flag: the guard raises it and waits up to ``dapo.preemption.grace_s`` for the trainer;
+- the trainer (:class:`TrainerWatch`) reads the flag at each step boundary (one small Ray call per step). Once
+  raised, it finishes the step it is in, writes that step's checkpoint (sampler state included) unless one exists,
+  skips validation, logs the step, prints the end-of-run summary with the resume line and returns;
+- the driver then prints where to resume from and exits with ``128 + signal`` (143 for SIGTERM, 130 for SIGINT).
+
+Bound: the rest of the current step (generation rounds, update) plus one checkpoint save; when the trainer has not
+stopped after ``dapo.preemption.grace_s`` seconds, or on a second signal, the driver exits at once (the last good
+checkpoint is named). Ray's own driver handlers (``ray.init``'s ``sys.exit(15)``, which a ``ray.init`` in progress
+swallows, the head node's kill-everything handler, and the core worker's C++ dump handler, which also aborts the
+driver 3 s later) are kept from replacing the recipe's while the guard is installed; on exit Ray's processes stop
+with the driver (Ray's fate sharing and ``atexit``).
+A named actor rather than a file: the task runner may run on another node than the driver, with no shared disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+logger = logging.getLogger(__name__)
+
+FLAG_NAME = "recipe_dapo.preemption_flag"
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _noted(signum, frame) -> None:
+    """The Python-level handler: nothing to do, the guard's thread was woken through the wakeup fd."""
+
+
+def exit_status(signum: int) -> int:
+    """The shell's status for a process ended by ``signum``."""
+    return 128 + int(signum)
+
+
+class PreemptionFlag:
+    """The flag's state (a Ray actor with :func:`_flag_actor_class`): the signal's name once the driver raised it."""
+
+    def __init__(self):
+        self.signal_name: Optional[str] = None
+
+    def request(self, signal_name: str) -> bool:
+        self.signal_name = self.signal_name or signal_name
+        return True
+
+    def requested(self) -> Optional[str]:
+        return self.signal_name
+
+
+def _flag_actor_class():
+    import ray
+
+    return ray.remote(num_cpus=0, max_concurrency=4)(PreemptionFlag)
+
+
+# ------------------------------------------------------------------------------------------------ trainer side
+
+
+class TrainerWatch:
+    """The trainer's view of the flag (created by the trainer: its existence tells the driver training began)."""
+
+    def __init__(self, flag=None):
+        self._flag = flag
+        self.signal_name: Optional[str] = None
+        self._warned = False
+
+    @classmethod
+    def open(cls) -> "TrainerWatch":
+        """Create the run's flag actor (or find it, after a restart of the task runner); without Ray, a watch that
+        never fires."""
+        try:
+            import ray
+
+            if not ray.is_initialized():
+                return cls(None)
+            flag = _flag_actor_class().options(name=FLAG_NAME, get_if_exists=True).remote()
+            return cls(flag)
+        except Exception as error:  # pre-emption handling must not stop a run that could train
+            logger.warning("pre-emption flag not created (%s): a SIGTERM will stop the run without a final save", error)
+            return cls(None)
+
+    def requested(self) -> Optional[str]:
+        """The signal's name once the driver asked the run to stop (sticky), else None."""
+        if self.signal_name is not None or self._flag is None:
+            return self.signal_name
+        try:
+            import ray
+
+            self.signal_name = ray.get(self._flag.requested.remote(), timeout=30)
+        except Exception as error:
+            if not self._warned:
+                logger.warning("could not read the pre-emption flag (%s)", error)
+                self._warned = True
+        return self.signal_name
+
+
+class Preempted(Exception):
+    """Raised inside a trainer's loop to leave it after the pre-emption checkpoint (the step is logged)."""
+
+
+# ------------------------------------------------------------------------------------------------ driver side
+
+
+def _say(line: str) -> None:
+    """One line of the recipe on the driver's console (and in the run's log file, through the console router of
+    ``tracking.noise``), flushed: the guard's thread may end the process right after."""
+    from recipe_dapo.tracking.noise import recipe_line
+
+    try:
+        sys.stderr.write(recipe_line(line) + "\n")
+        sys.stderr.flush()
+    except Exception:  # a closed or broken stream: the line must still reach the terminal
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
+
+
+class DriverGuard:
+    """SIGTERM / SIGINT handling in the driver (module docstring). ``install()`` before ``ray.init``;
+    ``finish()`` after the trainer returned."""
+
+    def __init__(
+        self,
+        grace_s: float,
+        checkpoint_dir: Optional[str],
+        resume_hint: Callable[[Optional[str]], str],
+        exit_now: Callable[[int], None] = os._exit,
+    ):
+        self.grace_s = float(grace_s)
+        self.checkpoint_dir = checkpoint_dir
+        self.resume_hint = resume_hint
+        self.signum: Optional[int] = None
+        self._exit_now = exit_now
+        self._trainer_returned = threading.Event()
+        self._previous: dict = {}
+        self._previous_wakeup_fd = -1
+        self._pipe: Optional[tuple[int, int]] = None
+        self._ray_setter = None
+
+    # -------------------------------------------------------------- install / uninstall
+
+    def install(self) -> "DriverGuard":
+        """Signals wake the guard's thread through Python's wakeup fd, written by the C-level handler the moment the
+        signal arrives: the main thread may be inside ``ray.init`` or ``ray.get`` (C++), where a Python handler would
+        run only once the call returns. The Python handlers themselves do nothing but keep the default action away."""
+        self._pipe = os.pipe()
+        os.set_blocking(self._pipe[1], False)
+        self._previous_wakeup_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
+        for signum in SIGNALS:
+            self._previous[signum] = signal.signal(signum, _noted)
+        self._keep_ray_from_replacing_the_handler()
+        threading.Thread(target=self._watch, name="recipe_dapo-preemption", daemon=True).start()
+        return self
+
+    def uninstall(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._previous_wakeup_fd)
+        if self._ray_setter is not None:
+            import ray
+            import ray._private.utils as ray_utils
+
+            ray_utils.set_sigterm_handler, ray.init = self._ray_setter, self._ray_init
+            self._ray_setter = None
+
+    def _keep_ray_from_replacing_the_handler(self) -> None:
+        """``ray.init`` installs ``sys.exit(15)`` (swallowed while ray.init runs) and the head node a handler that kills
+        every Ray process: while the guard is on, their installs are ignored (the guard ends the run itself). Its core
+        worker then puts a C++ handler on SIGTERM that prints a stack dump ("*** SIGTERM received at time=...") before
+        passing the signal on: after ``ray.init`` the guard takes SIGTERM back (crash signals keep Ray's handler)."""
+        try:
+            import ray
+            import ray._private.utils as ray_utils
+        except ImportError:
+            return
+        self._ray_setter, self._ray_init = ray_utils.set_sigterm_handler, ray.init
+
+        def keep_recipe_handler(handler):
+            logger.debug("recipe_dapo: Ray's SIGTERM handler %r not installed (pre-emption guard)", handler)
+
+        def init_then_take_the_signals_back(*args, **kwargs):
+            try:
+                return self._ray_init(*args, **kwargs)
+            finally:
+                for signum in SIGNALS:
+                    signal.signal(signum, _noted)
+
+        ray_utils.set_sigterm_handler, ray.init = keep_recipe_handler, init_then_take_the_signals_back
+
+    # -------------------------------------------------------------- the signal
+
+    def _watch(self) -> None:
+        """The guard's thread: the first signal stops a starting run at once, or raises the trainer's flag and waits
+        up to ``grace_s`` for it to return; a second signal, or the grace running out, exits at once."""
+        deadline = None
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._pipe[0]], [], [], timeout)
+            if self._trainer_returned.is_set():
+                return
+            if not ready:
+                name = signal.Signals(self.signum).name
+                self._leave(f"{name}: the trainer did not stop within dapo.preemption.grace_s={self.grace_s:g} s")
+                return
+            for signum in os.read(self._pipe[0], 64):
+                if signum not in SIGNALS:
+                    continue
+                name = signal.Signals(signum).name
+                if self.signum is not None:
+                    self._leave(f"second {name}: exiting now without waiting for the trainer")
+                    return
+                self.signum = signum
+                _say(f"recipe_dapo: {name} received: stopping the run (a second {name} exits at once)")
+                if not self._raise_the_flag(name):
+                    return
+                deadline = time.monotonic() + self.grace_s
+
+    def _raise_the_flag(self, name: str) -> bool:
+        """Ask the trainer to stop after its step; False when the run ended here (starting, or the trainer out of
+        reach)."""
+        flag = self._find_flag()
+        if flag is None:
+            self._leave(f"{name} during start-up (no training step in this launch): stopped")
+            return False
+        try:
+            import ray
+
+            ray.get(flag.request.remote(name), timeout=30)
+        except Exception as error:
+            self._leave(f"{name}: could not reach the trainer ({error}): stopped without a final save")
+            return False
+        _say(f"recipe_dapo: the trainer finishes its step and saves a checkpoint (up to dapo.preemption.grace_s="
+             f"{self.grace_s:g} s)")
+        return True
+
+    def _find_flag(self):
+        try:
+            import ray
+
+            if not ray.is_initialized():
+                return None
+            return ray.get_actor(FLAG_NAME)
+        except Exception:
+            return None
+
+    def resume_line(self) -> str:
+        from recipe_dapo.trainers.checkpoint_state import latest_checkpoint
+
+        return self.resume_hint(latest_checkpoint(self.checkpoint_dir))
+
+    def _leave(self, reason: str) -> None:
+        """Exit now (from the handler or the helper thread): Ray's processes stop with the driver."""
+        _say(f"recipe_dapo: {reason}; {self.resume_line()}")
+        self._exit_now(exit_status(self.signum or signal.SIGTERM))
+
+    # -------------------------------------------------------------- after the trainer returned
+
+    def finish(self) -> None:
+        """Call when ``run_ppo`` returned or raised: after a signal, print the resume line and exit ``128 + signal``."""
+        self._trainer_returned.set()
+        if self._pipe is not None:
+            os.write(self._pipe[1], b"\0")  # wakes the guard's thread, which sees the trainer returned
+        self.uninstall()
+        if self.signum is not None:
+            name = signal.Signals(self.signum).name
+            _say(f"recipe_dapo: stopped by {name}; {self.resume_line()}")
+            raise SystemExit(exit_status(self.signum))
+
+
+def resume_hint(config) -> Callable[[Optional[str]], str]:
+    """The 'where to resume from' sentence for a checkpoint folder (None: none saved), from ``trainer.resume_mode``."""
+    from recipe_dapo.tracking.console import resume_advice
+
+    mode = str(config.trainer.get("resume_mode", "auto"))
+    return lambda checkpoint: f"last checkpoint: {checkpoint or 'none'}; " + resume_advice(checkpoint, mode)
+
+
+def guard_driver(config) -> DriverGuard:
+    """Install the driver's guard for this run (``main_dapo``)."""
+    from omegaconf import OmegaConf
+
+    checkpoint_dir = config.trainer.get("default_local_dir")
+    return DriverGuard(
+        grace_s=float(OmegaConf.select(config, "dapo.preemption.grace_s", default=600.0)),
+        checkpoint_dir=os.path.abspath(checkpoint_dir) if checkpoint_dir else None,
+        resume_hint=resume_hint(config),
+    ).install()

@@ -1,0 +1,225 @@
+"""SIGTERM to the driver while the run starts (issue 26 item 4): the launch stops at once, non-zero, even inside
+``ray.init`` (where Ray's own handler raises ``SystemExit(15)``, which ``ray.init`` swallows: the run then trained on).
+
+Starts a real single-node Ray for a few seconds (run it under ``flock /tmp/train.lock`` beside other Ray users). The
+training side (finish the step, save, stop) is tested on the real trainer in ``test_trainer_on_cpu`` and end to end in
+``tests/e2e/test_e2e_dapo_cpu_on_cpu.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+DRIVER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from conftest import compose_recipe_config
+    from recipe_dapo.main_dapo import preemption_guard
+
+    config = compose_recipe_config(["trainer.default_local_dir={checkpoints}"])
+    with preemption_guard(config):
+        import ray
+        print("calling ray.init", flush=True)
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        print("ray.init returned", flush=True)
+        time.sleep(120)  # stands for the workers' start-up
+    print("the launch went on", flush=True)
+""")
+
+
+def test_sigterm_while_the_driver_is_inside_ray_init_stops_the_launch_at_once(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints")))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env, cwd=tmp_path)
+    lines = []
+    for line in driver.stdout:
+        lines.append(line)
+        if "calling ray.init" in line:
+            break
+    time.sleep(1.0)  # ray.init takes several seconds: the signal lands inside it
+    inside = "ray.init returned" not in "".join(lines)
+    ray_processes = psutil.Process(driver.pid).children(recursive=True)
+    signalled = time.monotonic()
+    driver.send_signal(signal.SIGTERM)
+    output, _ = driver.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    output = "".join(lines) + output
+    assert driver.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert took < 15, (took, output[-3000:])
+    assert "the launch went on" not in output
+    assert "SIGTERM during start-up (no training step in this launch): stopped" in output
+    assert "last checkpoint: none; to resume: no checkpoint saved" in output
+    _, alive = psutil.wait_procs(ray_processes, timeout=20)  # Ray's processes share the driver's fate
+    assert not alive, [process.name() for process in alive]
+    print(f"SIGTERM {'inside' if inside else 'after'} ray.init: exit {driver.returncode} in {took:.2f} s, "
+          f"{len(ray_processes)} Ray processes gone")
+
+
+STUCK_TRAINER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from conftest import compose_recipe_config
+    from recipe_dapo.main_dapo import preemption_guard
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class StuckTrainer:
+        def run(self):
+            from recipe_dapo.trainers.preemption import TrainerWatch
+            TrainerWatch.open()  # training began: the driver will wait for it
+            print("training", flush=True)
+            time.sleep(120)  # a step that never ends (a hung collective, a stuck save)
+
+    config = compose_recipe_config(["trainer.default_local_dir={checkpoints}", "dapo.preemption.grace_s=3"])
+    with preemption_guard(config):
+        ray.init(num_cpus=1, include_dashboard=False)
+        ray.get(StuckTrainer.remote().run.remote())
+    print("the launch went on", flush=True)
+""")
+
+
+def test_a_trainer_that_does_not_stop_within_the_grace_is_left_and_the_driver_exits(tmp_path):
+    """dapo.preemption.grace_s bounds the exit: a trainer stuck in its step does not hold the driver past it."""
+    script = tmp_path / "driver.py"
+    script.write_text(STUCK_TRAINER.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints")))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env, cwd=tmp_path)
+    lines = []
+    for line in driver.stdout:
+        lines.append(line)
+        if line.rstrip().endswith("training"):
+            break
+    signalled = time.monotonic()
+    driver.send_signal(signal.SIGTERM)
+    output, _ = driver.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    output = "".join(lines) + output
+    assert driver.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "SIGTERM: the trainer did not stop within dapo.preemption.grace_s=3 s; last checkpoint: none" in output
+    assert 3 <= took < 10, took
+    assert "the launch went on" not in output
+    print(f"stuck trainer: exit {driver.returncode} {took:.2f} s after SIGTERM (grace 3 s)")
+
+
+def test_a_checkpoint_write_error_from_the_task_runner_ends_the_driver_with_its_one_line(capsys):
+    """The trainer's CheckpointWriteError reaches the driver as Ray's copy (with the worker's traceback in its text):
+    the driver prints the one line and exits 1."""
+    from ray.exceptions import RayTaskError
+
+    from recipe_dapo.main_dapo import refusals_exit_cleanly
+    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+
+    line = "checkpoint /ckpt/global_step_2 not written (disk full: ...); last good checkpoint: /ckpt/global_step_1"
+    cause = CheckpointWriteError(line)
+    from_worker = RayTaskError("DAPOTaskRunner.run", "Traceback (most recent call last):\n  ...", cause)
+    from_worker = from_worker.as_instanceof_cause()
+    with pytest.raises(SystemExit) as exited:
+        with refusals_exit_cleanly():
+            raise from_worker
+    assert exited.value.code == 1
+    assert capsys.readouterr().err.strip() == f"recipe_dapo: {line}"
+
+
+# --------------------------------------------------------------------------------- the v1 trainer's hooks
+
+
+class SignalNow:
+    """The trainer's view of the driver's flag, raised (``trainers.preemption.TrainerWatch``)."""
+
+    def requested(self):
+        return "SIGTERM"
+
+
+def v1_trainer(tmp_path, monkeypatch, saves: list):
+    """The recipe's sync v1 trainer class around verl's hooks; verl's own checkpoint writer stands in (it needs the
+    worker groups) and writes the step folder and the tracker file as verl's does."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from conftest import compose_recipe_config
+    from recipe_dapo.trainers.step_metrics import UpdateGuard
+    from recipe_dapo.trainers.v1.trainer import DAPOTrainerV1
+
+    def verls_save(trainer):
+        folder = tmp_path / "ckpt" / f"global_step_{trainer.global_steps}" / "actor"
+        folder.mkdir(parents=True)
+        (folder / "model.pt").write_bytes(b"weights")
+        (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text(str(trainer.global_steps))
+        saves.append(trainer.global_steps)
+
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", verls_save)
+
+    class ReplayBuffer:
+        def state_dict(self):
+            return {"pooled": 3}
+
+    class CheckpointManager:
+        synced = []
+
+        def update_weights(self, step):
+            self.synced.append(step)
+
+    trainer = object.__new__(DAPOTrainerV1)
+    trainer.config = compose_recipe_config(["trainer.use_v1=true", f"trainer.default_local_dir={tmp_path / 'ckpt'}"])
+    trainer.global_steps, trainer.timing_raw, trainer.stopped_by = 2, {}, None
+    trainer.replay_buffer, trainer.checkpoint_manager = ReplayBuffer(), CheckpointManager()
+    trainer.preemption = SignalNow()
+    trainer.update_guard = UpdateGuard(trainer.config.dapo.health.max_skipped_updates)
+    return trainer
+
+
+def test_v1_trainer_saves_the_step_where_verl_saves_then_skips_validation_and_stops(tmp_path, monkeypatch):
+    import torch
+
+    from recipe_dapo.trainers.preemption import Preempted
+
+    saves = []
+    trainer = v1_trainer(tmp_path, monkeypatch, saves)
+    trainer.on_step_end()
+    assert saves == [2] and trainer.checkpoint_manager.synced == [2]  # saved, then verl's weight sync as usual
+    assert torch.load(tmp_path / "ckpt" / "global_step_2" / "dapo_state.pt")["replay_buffer"] == {"pooled": 3}
+    assert trainer._validate() == {}
+    trainer.global_steps = 3
+    with pytest.raises(Preempted):
+        trainer.on_step_begin()
+
+
+def test_v1_trainer_does_not_save_a_step_twice(tmp_path, monkeypatch):
+    saves = []
+    trainer = v1_trainer(tmp_path, monkeypatch, saves)
+    trainer._save_checkpoint()  # trainer.save_freq hit this step
+    trainer.on_step_end()
+    assert saves == [2]
+
+
+def test_v1_trainer_reports_a_full_disk_in_one_line_and_removes_the_step(tmp_path, monkeypatch):
+    import errno
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+
+    trainer = v1_trainer(tmp_path, monkeypatch, [])
+
+    def full_disk(trainer):
+        (tmp_path / "ckpt" / "global_step_2" / "actor").mkdir(parents=True)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", full_disk)
+    with pytest.raises(CheckpointWriteError, match=r"global_step_2 not written \(disk full: \[Errno 28\] No space"):
+        trainer.on_step_end()
+    assert not (tmp_path / "ckpt" / "global_step_2").exists()
