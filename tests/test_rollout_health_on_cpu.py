@@ -46,8 +46,11 @@ def test_the_summary_is_one_line_with_the_error_and_where_ray_ran_it():
                        "(raised in ray::vLLMHttpServer.generate() (pid=7, ip=10.0.0.1, actor_id=ab))")
     assert "\n" not in summarize_error(ValueError("a\n" * 1000)) and len(summarize_error(ValueError("x" * 5000))) == 600
     message = fatal_failure_message(3, [summary, summary], failed_groups=2, in_flight=14)
-    assert message.startswith("rollout died at step 3: RuntimeError: vllm.EngineDeadError: EngineCore died")
+    assert message.startswith("rollout died at step 3: 2 prompt group(s) failed with RuntimeError: "
+                              "vllm.EngineDeadError: EngineCore died")
     assert "(and 1 more like it)" in message and "14 still in flight" in message and "rerun the same command" in message
+    named = fatal_failure_message(3, [summary], 1, 0, dead="the vLLM engine of rollout replica 0 (h:1) is dead: x")
+    assert named.startswith("rollout died at step 3: the vLLM engine of rollout replica 0 (h:1) is dead: x; 1 prompt")
 
 
 def test_the_probe_runs_only_after_a_stall_and_at_most_once_per_period():
@@ -76,6 +79,8 @@ def test_the_probe_runs_only_after_a_stall_and_at_most_once_per_period():
         raise RolloutDied("agent-loop worker 0 is dead")
 
     StallWatch(dead, after_s=0, clock=lambda: now[0]).check(in_flight=4)  # 0: no probe
+    assert StallWatch(dead, after_s=0).diagnose() == "agent-loop worker 0 is dead"  # on demand, whatever after_s
+    assert StallWatch(lambda: None, after_s=30).diagnose() is None and StallWatch(None, 30).diagnose() is None
     stalled = StallWatch(dead, after_s=30, clock=lambda: now[0])
     now[0] += 30
     with pytest.raises(RolloutDied, match="agent-loop worker 0 is dead"):

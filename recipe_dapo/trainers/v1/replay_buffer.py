@@ -121,7 +121,8 @@ class TransferQueueGroups:
         failed = {uid for uid, status in terminal.items() if status == "failure" or not trajectories.get(uid)}
         fatal = [str(items[uid].get(ERROR_TAG)) for uid in failed if items[uid].get(FATAL_TAG)]
         if fatal:
-            raise RolloutDied(fatal_failure_message(self.step, fatal, len(fatal), self.in_flight()))
+            dead = self.watch.diagnose()  # which replica or worker, when the probe can tell
+            raise RolloutDied(fatal_failure_message(self.step, fatal, len(fatal), self.in_flight(), dead))
         too_old = set()
         if self.max_span is not None:
             too_old = {uid for uid in terminal if uid not in failed

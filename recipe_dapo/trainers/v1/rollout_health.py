@@ -81,11 +81,14 @@ def error_tag(error: BaseException) -> dict:
     return {ERROR_TAG: summarize_error(error), FATAL_TAG: is_fatal(error)}
 
 
-def fatal_failure_message(step: int, errors: list[str], failed_groups: int, in_flight: int) -> str:
-    """The line that ends the run when failed groups carry a fatal error."""
+def fatal_failure_message(step: int, errors: list[str], failed_groups: int, in_flight: int,
+                           dead: Optional[str] = None) -> str:
+    """The line that ends the run when failed groups carry a fatal error; ``dead`` is what the liveness probe found
+    (which replica or worker), when it found something."""
     shown = errors[0] + (f" (and {len(errors) - 1} more like it)" if len(errors) > 1 else "")
+    found = f"{dead}; " if dead else ""
     return (
-        f"rollout died at step {step}: {shown}. {failed_groups} prompt group(s) failed this way with {in_flight} "
+        f"rollout died at step {step}: {found}{failed_groups} prompt group(s) failed with {shown}, {in_flight} "
         "still in flight; no later group can finish, so the run stops instead of waiting. Check the rollout "
         "replica's log (Ray's worker logs: <ray session>/logs/worker-*.err, the vLLM engine's own error is just "
         "before it) for why it died, then rerun the same command: it resumes from the last checkpoint."
@@ -112,6 +115,16 @@ class StallWatch:
         """A group came back, or prompts were submitted: the rollout is moving."""
         self._last_progress = self.clock()
         self._last_probe = None
+
+    def diagnose(self) -> Optional[str]:
+        """Run the probe now: what it found dead, or None (no probe, or everything answered)."""
+        if self.probe is None:
+            return None
+        try:
+            self.probe()
+        except RolloutDied as error:
+            return str(error)
+        return None
 
     def check(self, in_flight: int) -> None:
         """Run the probe if the stream has been stalled for ``after_s`` (and the last probe is as old)."""
