@@ -329,7 +329,8 @@ def test_a_dead_agent_loop_worker_is_found_by_the_liveness_probe_and_named(trans
 
 
 def test_the_probe_names_a_replica_whose_vllm_engine_fails_its_health_check():
-    """vLLM's HTTP server answers ``GET /health`` with 503 once its engine is dead; 200 is alive."""
+    """vLLM's HTTP server answers ``GET /health`` with 503 once its engine is dead; 200 is alive; a server that cannot
+    be reached is not called dead (it may serve no HTTP)."""
     import http.server
     import threading
 
@@ -349,12 +350,11 @@ def test_the_probe_names_a_replica_whose_vllm_engine_fails_its_health_check():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        live, dead = f"127.0.0.1:{server.server_address[1]}", "127.0.0.1:1"  # port 1: nothing listens
+        live, unreachable = f"127.0.0.1:{server.server_address[1]}", "127.0.0.1:1"  # port 1: nothing listens
         RolloutLiveness([], [], [live], timeout_s=5)()  # alive: no error
         status["code"] = 503
         with pytest.raises(RolloutDied, match=r"engine of rollout replica 0 \(127\.0\.0\.1:\d+\) is dead: .*HTTP 503"):
             RolloutLiveness([], [], [live], timeout_s=5)()
-        with pytest.raises(RolloutDied, match=r"replica 0 \(127\.0\.0\.1:1\) is dead: .*unreachable"):
-            RolloutLiveness([], [], [dead], timeout_s=5)()
+        RolloutLiveness([], [], [unreachable], timeout_s=5)()  # no answer proves nothing: the actor check finds a dead server
     finally:
         server.shutdown()

@@ -60,8 +60,8 @@ def _actor_name(handle) -> str:
 
 class RolloutLiveness:
     """Raises :class:`RolloutDied`, naming what died, when an agent-loop worker or a rollout server's actor is dead
-    or a vLLM engine fails its health check (``GET /health``: 200 while the engine runs). A probe that times out
-    proves nothing (the actor may be busy) and is only logged."""
+    or a vLLM engine fails its health check (``GET /health``: 200 while the engine runs, 503 once it died). A probe
+    that times out or cannot connect proves nothing (the actor may be busy) and is only logged."""
 
     def __init__(self, agent_loop_workers, server_handles, server_addresses, timeout_s: float = 10.0):
         self.workers = list(agent_loop_workers or [])
@@ -99,17 +99,17 @@ class RolloutLiveness:
                 raise RolloutDied(f"{role} {index} ({_actor_name(handle)}) is dead: {summarize_error(error)}") from error
 
     def _engine_problem(self, address: str) -> Optional[str]:
+        """What the engine's health check says is wrong; None when it is healthy or cannot be asked (a server that
+        does not answer may be busy or serve no HTTP: the actor check above catches a dead server)."""
         url = f"http://{address}/health"
         try:
             with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
                 return None if response.status == 200 else f"{url} answered HTTP {response.status}"
         except urllib.error.HTTPError as error:
-            return f"{url} answered HTTP {error.code} (vLLM answers 503 once its engine has died)"
-        except urllib.error.URLError as error:
-            if isinstance(getattr(error, "reason", None), TimeoutError):
-                logger.warning("%s did not answer within %.0f s", url, self.timeout_s)
-                return None
-            return f"{url} is unreachable ({error.reason})"
-        except TimeoutError:
-            logger.warning("%s did not answer within %.0f s", url, self.timeout_s)
-            return None
+            if error.code >= 500:
+                return f"{url} answered HTTP {error.code} (vLLM answers 503 once its engine has died)"
+            logger.warning("%s answered HTTP %d; cannot tell whether the engine is alive", url, error.code)
+        except (urllib.error.URLError, OSError) as error:
+            logger.warning("%s could not be asked (%s); cannot tell whether the engine is alive", url,
+                           getattr(error, "reason", error))
+        return None

@@ -68,8 +68,8 @@ class TransferQueueGroups:
     actor, written into the group's marker by the recipe's agent-loop worker: ``rollout_health``), which raises
     :class:`RolloutDied` naming it. While prompts are in flight and no group comes back, ``watch`` runs the
     rollout's liveness probe (``dapo.health.rollout_probe_s``), which raises the same when a worker, server or engine
-    is dead (a group whose worker died never reaches a terminal status). With ``max_span`` (the async modes: verl's ``max_off_policy_threshold``), a
-    group submitted more than ``max_span - 1`` steps before the current ``step`` is removed and counted too.
+    is dead (a group whose worker died never reaches a terminal status). With ``max_span`` (the async modes: verl's
+    ``max_off_policy_threshold``), a group submitted more than ``max_span - 1`` steps before the current ``step`` is removed and counted too.
     """
 
     def __init__(self, submit_fn: Callable[[int], Any], metric: Optional[str], poll_interval_s: float,
@@ -251,6 +251,7 @@ class DAPOReplayBuffer(ReplayBuffer):
                 f"verl asked for {batch_size} groups but data.train_batch_size is {self.config.train_batch_size}"
             )
         self.groups.step = global_steps
+        self.groups.watch.progress()  # the time between steps (the update; paused prompts in colocate_async) is no stall
         collected = collect_streaming_step(
             self.sampler, self.groups, global_steps, groups_multiple_of=self.groups_multiple_of, drain=self.drain
         )
