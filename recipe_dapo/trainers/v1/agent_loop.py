@@ -18,6 +18,7 @@ from typing import Optional
 import ray
 import transfer_queue as tq
 
+from verl.experimental.agent_loop import AgentLoopWorker
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from recipe_dapo.trainers.v1.rollout_health import RolloutDied, error_tag, summarize_error
@@ -26,6 +27,13 @@ logger = logging.getLogger(__name__)
 
 
 class _DAPOAgentLoopWorkerTQ(AgentLoopWorkerTQ.__ray_actor_class__):
+    def __init__(self, *args, **kwargs):
+        # verl's AgentLoopWorkerTQ.__init__, whose zero-argument super() fails in the Ray worker (there its class cell
+        # is a copy of the class this one derives from: "super(type, obj): obj must be an instance or subtype").
+        AgentLoopWorker.__init__(self, *args, **kwargs)
+        tq.init()
+        self.background_tasks = set()
+
     async def _run_agent_loop(self, sampling_params, trajectory, **kwargs):
         try:
             return await super()._run_agent_loop(sampling_params, trajectory, **kwargs)
