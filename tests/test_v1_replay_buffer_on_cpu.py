@@ -10,6 +10,7 @@ surplus in TransferQueue, the batch handed to verl, freeing stale groups, and th
 from __future__ import annotations
 
 import itertools
+import re
 import uuid
 
 import numpy as np
@@ -27,7 +28,8 @@ def transfer_queue():
     import ray
     import transfer_queue as tq
 
-    ray.init(num_cpus=4, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    # address="local": a cluster of its own, never one another process on the machine started (`ray start`).
+    ray.init(address="local", num_cpus=4, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
     tq.init()
     yield tq
     tq.close()
@@ -190,3 +192,186 @@ def test_refills_stop_where_the_drain_could_overflow_the_next_step(transfer_queu
         assert metrics["dynamic_sampling/carried_out_groups"] <= BATCH
         assert metrics["dynamic_sampling/dropped_stale_groups"] == 0
     assert max(rollouts.submitted) <= 2 * BATCH  # safety_margin=1 and the 0.5 prior asked for 12
+
+
+# ---------------------------------------------------------------- a dead rollout stops the step
+#
+# verl's agent loop marks a group ``failure`` when a session raises and the buffer drops and refills it: with a dead
+# engine every refill fails too, and a dead agent-loop worker never marks its groups at all. Both used to leave
+# ``sample`` waiting (issue 26: 4 minutes of nothing after kill -9 of VLLM::EngineCore on the v1 trainer).
+
+BOUND_S = 20.0  # seconds from the first submit to the error; today's code never returns
+
+
+class OneGenerateLoop:
+    """An agent loop (verl's registry instantiates it) that makes one generate call, as the single-turn loop does."""
+
+    def __init__(self, server_manager, **_):
+        self.server_manager = server_manager
+
+    async def run(self, sampling_params, **kwargs):
+        return await self.server_manager.generate(str(uuid.uuid4()), prompt_ids=[1, 2, 3],
+                                                  sampling_params=sampling_params)
+
+
+class ServerClient:
+    """verl's LLMServerClient reduced to its remote call: ``server.generate.remote`` on a rollout server actor."""
+
+    def __init__(self, server):
+        self.server = server
+
+    async def generate(self, request_id, **kwargs):
+        return await self.server.generate.remote(request_id=request_id, **kwargs)
+
+
+class AgentLoopRefill:
+    """verl's refill (``_submit_batch_to_rollout``): prompt markers, then each prompt's ``_run_prompt`` on the agent-loop
+    worker's event loop, fire-and-forget."""
+
+    def __init__(self, tq, worker):
+        import asyncio
+        import threading
+
+        self.tq, self.worker, self.submitted = tq, worker, []
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.first_submit = None
+
+    def __call__(self, num_prompts: int) -> int:
+        import asyncio
+        import time
+
+        self.first_submit = self.first_submit or time.monotonic()
+        self.submitted.append(num_prompts)
+        for index in range(num_prompts):
+            uid = str(uuid.uuid4())
+            self.tq.kv_batch_put(keys=[uid], partition_id="train",
+                                 tags=[{"is_prompt": True, "status": "pending", "global_steps": 1}])
+            prompt = {"uid": uid, "agent_name": "recipe_dapo_test_one_generate", "global_steps": 1}
+            trajectory = {"step": 1, "sample_index": index, "rollout_n": 0, "validate": False}
+            asyncio.run_coroutine_threadsafe(self.worker._run_prompt(prompt, {"temperature": 1.0}, trajectory), self.loop)
+        return num_prompts
+
+
+def agent_loop_worker(server):
+    """The recipe's agent-loop worker class (``DAPOAgentLoopWorkerTQ``), in this process, with verl's ``_run_prompt`` and
+    ``_run_agent_loop`` and only the attributes they read before the server call."""
+    from omegaconf import OmegaConf
+
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    from recipe_dapo.trainers.v1.agent_loop import DAPOAgentLoopWorkerTQ
+
+    _agent_loop_registry["recipe_dapo_test_one_generate"] = {"_target_": f"{__name__}.OneGenerateLoop"}
+    worker = object.__new__(DAPOAgentLoopWorkerTQ.__ray_actor_class__)
+    worker.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": N, "val_kwargs": {"n": 1}}}, "data": {}})
+    worker.llm_client = ServerClient(server)
+    worker.tokenizer = worker.processor = worker.hf_model_type = worker.dataset_cls = None
+    worker.tools = []
+    return worker
+
+
+def test_a_dead_engine_stops_the_step_at_once_naming_the_server_and_the_error(transfer_queue):
+    """The rollout server's engine is dead (vLLM's EngineDeadError from every generate, as after kill -9 of
+    VLLM::EngineCore): the first group back raises RolloutDied naming it, instead of refilling forever."""
+    import time
+
+    import ray
+
+    from recipe_dapo.trainers.v1.rollout_health import RolloutDied
+
+    @ray.remote
+    class DeadEngineServer:
+        def __init__(self):
+            from vllm.v1.engine.exceptions import EngineDeadError
+
+            self.error = EngineDeadError
+
+        async def generate(self, **_):
+            raise self.error()
+
+    tq = transfer_queue
+    clear_partition(tq)
+    server = DeadEngineServer.remote()
+    ray.get(server.__ray_ready__.remote())  # vLLM imported: the clock below measures the buffer, not the import
+    rollouts = AgentLoopRefill(tq, agent_loop_worker(server))
+    buffer = make_buffer(rollouts)  # max_num_gen_batches=0: no budget would ever end the refills
+    with pytest.raises(RolloutDied) as raised:
+        buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
+    elapsed = time.monotonic() - rollouts.first_submit
+    message = str(raised.value)
+    assert re.match(r"rollout died at step 1: \d+ prompt group\(s\) failed with RayTaskError\(EngineDeadError\)", message)
+    assert "EngineDeadError" in message and "DeadEngineServer.generate" in message  # the error and where it ran
+    assert "rerun the same command" in message
+    assert elapsed < BOUND_S, elapsed
+    assert rollouts.submitted == [12]  # no refill after the first group came back failed
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_agent_loop_worker_is_found_by_the_liveness_probe_and_named(transfer_queue):
+    """The agent-loop worker holding the prompts dies: no group ever reaches a terminal status. The stream's probe
+    (run when nothing came back for ``rollout_probe_s``) finds the dead actor and raises, naming it."""
+    import time
+
+    import ray
+
+    from recipe_dapo.trainers.v1.agent_loop import RolloutLiveness
+    from recipe_dapo.trainers.v1.rollout_health import RolloutDied, StallWatch
+
+    @ray.remote
+    class AgentLoopWorker:
+        def take(self, uids):
+            return len(uids)
+
+    tq = transfer_queue
+    clear_partition(tq)
+    worker = AgentLoopWorker.remote()
+    submitted = []
+
+    def refill(num_prompts):
+        submitted.append(time.monotonic())
+        uids = [str(uuid.uuid4()) for _ in range(num_prompts)]
+        tq.kv_batch_put(keys=uids, partition_id="train",
+                        tags=[{"is_prompt": True, "status": "pending", "global_steps": 1} for _ in uids])
+        ray.get(worker.take.remote(uids))
+        ray.kill(worker)  # dies holding them
+        return num_prompts
+
+    buffer = make_buffer(refill)
+    buffer.groups.watch = StallWatch(RolloutLiveness([worker], [], []), after_s=1.0)
+    with pytest.raises(RolloutDied, match=r"agent-loop worker 0 \(AgentLoopWorker [0-9a-f]+\) is dead: .*ActorDiedError"):
+        buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
+    assert time.monotonic() - submitted[0] < BOUND_S
+    assert buffer.groups.watch.probes == 1
+
+
+def test_the_probe_names_a_replica_whose_vllm_engine_fails_its_health_check():
+    """vLLM's HTTP server answers ``GET /health`` with 503 once its engine is dead; 200 is alive; a server that cannot
+    be reached is not called dead (it may serve no HTTP)."""
+    import http.server
+    import threading
+
+    from recipe_dapo.trainers.v1.agent_loop import RolloutLiveness
+    from recipe_dapo.trainers.v1.rollout_health import RolloutDied
+
+    status = {"code": 200}
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status["code"] if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        live, unreachable = f"127.0.0.1:{server.server_address[1]}", "127.0.0.1:1"  # port 1: nothing listens
+        RolloutLiveness([], [], [live], timeout_s=5)()  # alive: no error
+        status["code"] = 503
+        with pytest.raises(RolloutDied, match=r"engine of rollout replica 0 \(127\.0\.0\.1:\d+\) is dead: .*HTTP 503"):
+            RolloutLiveness([], [], [live], timeout_s=5)()
+        RolloutLiveness([], [], [unreachable], timeout_s=5)()  # no answer proves nothing: the actor check finds a dead server
+    finally:
+        server.shutdown()

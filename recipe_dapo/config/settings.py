@@ -35,6 +35,11 @@ class HealthSettings:
     """Stop the run after this many steps in a row whose update verl skipped for a non-finite gradient norm (it prints
     ``grad_norm is not finite`` and zeroes the gradient); every skipped step is counted in
     ``training/skipped_updates`` and shown on its console line. 0: never stop."""
+    rollout_probe_s: float = 30.0
+    """verl's v1 trainer: when prompts are in flight and no group has come back for this many seconds, check that the
+    agent-loop workers, the rollout servers and their vLLM engines are alive (again every as many seconds while it
+    lasts); a dead one stops the run, naming it. A group failing with a dead engine's error stops it at once,
+    whatever this is. 0: no probe."""
 
 
 @dataclass

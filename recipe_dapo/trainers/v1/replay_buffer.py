@@ -47,6 +47,7 @@ from recipe_dapo.dynamic_sampling import (
 )
 from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
 from recipe_dapo.trainers.step_metrics import scored_round_metrics
+from recipe_dapo.trainers.v1.rollout_health import ERROR_TAG, FATAL_TAG, RolloutDied, StallWatch, fatal_failure_message
 from recipe_dapo.trainers.table import V1_TRAINER_MODES, v1_entry
 
 logger = logging.getLogger(__name__)
@@ -68,8 +69,12 @@ class TransferQueueGroups:
     their status turns terminal.
 
     A group whose rollout failed (status ``failure``) is removed with its trajectories and counted; it is never
-    trained and never crashes the step. With ``max_span`` (the async modes: verl's ``max_off_policy_threshold``), a
-    group submitted more than ``max_span - 1`` steps before the current ``step`` is removed and counted too.
+    trained and never crashes the step, unless its error says the rollout itself is gone (a dead vLLM engine or Ray
+    actor, written into the group's marker by the recipe's agent-loop worker: ``rollout_health``), which raises
+    :class:`RolloutDied` naming it. While prompts are in flight and no group comes back, ``watch`` runs the
+    rollout's liveness probe (``dapo.health.rollout_probe_s``), which raises the same when a worker, server or engine
+    is dead (a group whose worker died never reaches a terminal status). With ``max_span`` (the async modes: verl's
+    ``max_off_policy_threshold``), a group submitted more than ``max_span - 1`` steps before the current ``step`` is removed and counted too.
     """
 
     def __init__(self, submit_fn: Callable[[int], Any], metric: Optional[str], poll_interval_s: float,
@@ -86,18 +91,22 @@ class TransferQueueGroups:
         self.off_policy_groups = 0
         self.tags: dict[str, dict] = {}  # trajectory key -> TransferQueue tag, for groups judged and not yet freed
         self._keys_of: dict[str, list[str]] = {}  # uid -> its trajectory keys
+        self.watch = StallWatch(None, 0.0)  # the trainer sets the rollout's liveness probe
 
     # ---------------------------------------------------------------- GroupStream
 
     def submit(self, prompts: int) -> None:
         self._submit_fn(int(prompts))
         self._submitted += int(prompts)
+        self.watch.progress()
 
     def in_flight(self) -> int:
         return self._submitted - self._returned
 
     def wait(self) -> None:
+        """The poll interval; then, if nothing has come back for a while, the liveness probe (raises RolloutDied)."""
         time.sleep(self._poll_interval_s)
+        self.watch.check(self.in_flight())
 
     def poll(self) -> Optional[ScoredRound]:
         listing = tq.kv_list(self._partition_id) or {}
@@ -112,8 +121,13 @@ class TransferQueueGroups:
                 trajectories[_uid_of(key)].append(key)
         if not terminal:
             return None
+        self.watch.progress()
         self._returned += len(terminal)
         failed = {uid for uid, status in terminal.items() if status == "failure" or not trajectories.get(uid)}
+        fatal = [str(items[uid].get(ERROR_TAG)) for uid in failed if items[uid].get(FATAL_TAG)]
+        if fatal:
+            dead = self.watch.diagnose()  # which replica or worker, when the probe can tell
+            raise RolloutDied(fatal_failure_message(self.step, fatal, len(fatal), self.in_flight(), dead))
         too_old = set()
         if self.max_span is not None:
             too_old = {uid for uid in terminal if uid not in failed
@@ -124,8 +138,9 @@ class TransferQueueGroups:
         self.off_policy_groups += len(too_old)
         if failed:
             self.failed_groups += len(failed)
-            logger.warning("%d prompt group(s) failed in rollout; dropped and counted (dynamic_sampling/failed_groups)",
-                           len(failed))
+            errors = [str(items[uid][ERROR_TAG]) for uid in failed if items[uid].get(ERROR_TAG)]
+            logger.warning("%d prompt group(s) failed in rollout; dropped and counted (dynamic_sampling/failed_groups)%s",
+                           len(failed), f"; first error: {errors[0]}" if errors else "")
         if not finished:
             return None
 
@@ -241,6 +256,7 @@ class DAPOReplayBuffer(ReplayBuffer):
                 f"verl asked for {batch_size} groups but data.train_batch_size is {self.config.train_batch_size}"
             )
         self.groups.step = global_steps
+        self.groups.watch.progress()  # the time between steps (the update; paused prompts in colocate_async) is no stall
         collected = collect_streaming_step(
             self.sampler, self.groups, global_steps, groups_multiple_of=self.groups_multiple_of, drain=self.drain
         )

@@ -23,11 +23,12 @@ class DAPOTaskRunnerV1:
     def run(self, config: DictConfig) -> None:
         import transfer_queue as tq
 
-        from verl.trainer.ppo.v1 import AgentLoopManagerTQ, get_trainer_cls
+        from verl.trainer.ppo.v1 import get_trainer_cls
         from verl.utils.import_utils import load_class_from_fqn
 
         from recipe_dapo.trainers.table import v1_entry
         import recipe_dapo.trainers.v1.trainer  # noqa: F401  (registers the recipe's trainers with verl)
+        from recipe_dapo.trainers.v1.agent_loop import DAPOAgentLoopManagerTQ
 
         logger.info("DAPO v1 task runner on %s (pid %d)", socket.gethostname(), os.getpid())
         if config.dapo.preflight.check_worker_plugins:
@@ -43,7 +44,9 @@ class DAPOTaskRunnerV1:
             trainer = trainer_cls(config=config)
             trainer.init()
             manager_fqn = config.actor_rollout_ref.rollout.get("agent", {}).get("agent_loop_manager_class")
-            manager_cls = load_class_from_fqn(manager_fqn, "AgentLoopManager") if manager_fqn else AgentLoopManagerTQ
+            # The recipe's manager: verl's, whose failed groups also say why (a dead engine stops the run).
+            manager_cls = (load_class_from_fqn(manager_fqn, "AgentLoopManager") if manager_fqn
+                           else DAPOAgentLoopManagerTQ)
             agent_loop_manager = manager_cls.create(
                 config=config,
                 llm_client=trainer.get_llm_client(),

@@ -1,0 +1,87 @@
+"""``trainers.v1.rollout_health``: which rollout errors end a v1 run, the line that says so, and when the stream
+probes the rollout's liveness (pure: no Ray cluster, no TransferQueue)."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipe_dapo.trainers.v1.rollout_health import (
+    RolloutDied,
+    StallWatch,
+    error_tag,
+    fatal_failure_message,
+    is_fatal,
+    summarize_error,
+)
+
+
+def test_dead_actors_and_engines_are_fatal_and_one_bad_sample_is_not():
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    assert is_fatal(ActorDiedError())
+    assert not is_fatal(ValueError("Prompt length (5000) leaves no room to generate"))
+
+    class EngineDeadError(Exception):  # vLLM's name; Ray wraps the remote error into RayTaskError(<cause>)
+        pass
+
+    wrapped = RayTaskError("generate", "Traceback ...", EngineDeadError("EngineCore encountered an issue."),
+                           proctitle="ray::vLLMHttpServer.generate()", pid=7, ip="10.0.0.1").as_instanceof_cause()
+    assert is_fatal(wrapped)
+    tag = error_tag(wrapped)
+    assert tag["fatal_error"] is True and "EngineDeadError" in tag["error"]
+    try:
+        try:
+            raise ActorDiedError()
+        except ActorDiedError as cause:
+            raise RuntimeError("generate failed") from cause
+    except RuntimeError as chained:
+        assert is_fatal(chained)  # a wrapper that chains a dead actor
+
+
+def test_the_summary_is_one_line_with_the_error_and_where_ray_ran_it():
+    text = ("\x1b[36mray::vLLMHttpServer.generate()\x1b[39m (pid=7, ip=10.0.0.1, actor_id=ab, repr=<vLLMHttpServer "
+            "object at 0x1>)\n  File \"x.py\", line 1, in generate\nvllm.EngineDeadError: EngineCore died")
+    summary = summarize_error(RuntimeError(text))
+    assert summary == ("RuntimeError: vllm.EngineDeadError: EngineCore died "
+                       "(raised in ray::vLLMHttpServer.generate() (pid=7, ip=10.0.0.1, actor_id=ab))")
+    assert "\n" not in summarize_error(ValueError("a\n" * 1000)) and len(summarize_error(ValueError("x" * 5000))) == 600
+    message = fatal_failure_message(3, [summary, summary], failed_groups=2, in_flight=14)
+    assert message.startswith("rollout died at step 3: 2 prompt group(s) failed with RuntimeError: "
+                              "vllm.EngineDeadError: EngineCore died")
+    assert "(and 1 more like it)" in message and "14 still in flight" in message and "rerun the same command" in message
+    named = fatal_failure_message(3, [summary], 1, 0, dead="the vLLM engine of rollout replica 0 (h:1) is dead: x")
+    assert named.startswith("rollout died at step 3: the vLLM engine of rollout replica 0 (h:1) is dead: x; 1 prompt")
+
+
+def test_the_probe_runs_only_after_a_stall_and_at_most_once_per_period():
+    now = [0.0]
+    calls = []
+    watch = StallWatch(lambda: calls.append(now[0]), after_s=30, clock=lambda: now[0])
+    for t in (10, 29.9):
+        now[0] = t
+        watch.check(in_flight=4)
+    assert calls == []
+    now[0] = 30
+    watch.check(in_flight=0)  # nothing in flight: nothing to wait for
+    assert calls == []
+    watch.check(in_flight=4)
+    now[0] = 45
+    watch.check(in_flight=4)
+    now[0] = 60
+    watch.check(in_flight=4)
+    assert calls == [30, 60]
+    watch.progress()  # a group came back
+    now[0] = 89
+    watch.check(in_flight=4)
+    assert calls == [30, 60] and watch.probes == 2
+
+    def dead():
+        raise RolloutDied("agent-loop worker 0 is dead")
+
+    StallWatch(dead, after_s=0, clock=lambda: now[0]).check(in_flight=4)  # 0: no probe
+    assert StallWatch(dead, after_s=0).diagnose() == "agent-loop worker 0 is dead"  # on demand, whatever after_s
+    assert StallWatch(lambda: None, after_s=30).diagnose() is None and StallWatch(None, 30).diagnose() is None
+    stalled = StallWatch(dead, after_s=30, clock=lambda: now[0])
+    now[0] += 30
+    with pytest.raises(RolloutDied, match="agent-loop worker 0 is dead"):
+        stalled.check(in_flight=4)
