@@ -21,7 +21,9 @@ setup(
     package_data={"recipe_dapo": ["config/*.yaml", "config/**/*.yaml"]},
     include_package_data=True,
     install_requires=[
-        "verl==0.9.1",
+        # The same range as recipe_dapo.preflight.versions.SUPPORTED_VERL (the start-up check refuses any other verl;
+        # a test compares the two): 0.9.0 and 0.9.1 are tested, trainer.use_v1=true needs 0.9.1.
+        "verl>=0.9.0,<0.10",
         "ray[default]>=2.41",
         "torch>=2.6",
         TRANSFORMERS,
