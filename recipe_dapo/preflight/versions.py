@@ -25,8 +25,8 @@ hook (0.9.0 adds a batch of prompts itself every step, past the recipe's sampler
 ``_val_metrics_update`` and resumes from ``_restored_tq_prompt_count``, none of which verl 0.9.0's v1 trainer has."""
 
 OLDER_VERL_WHY = (
-    "verl before 0.9 has no 'verl.plugins' entry points (the recipe registers its loss, reward manager and CPU "
-    "platform through them) and no v1 trainer, and pins numpy<2"
+    "verl before 0.9 has no 'verl.plugins' entry points, through which the recipe registers its loss, reward manager "
+    "and CPU platform, no v1 trainer, and it pins numpy<2"
 )
 NEWER_VERL_WHY = "the recipe subclasses verl's trainers, whose internals change between minor releases"
 
