@@ -127,3 +127,18 @@ def test_the_plugin_does_not_break_import_verl_on_a_verl_without_its_platform_re
     result = _run(code, site, VERL_PLATFORM="cpu")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "['recipe_dapo.cpu.platform'] True"
+
+
+def test_a_verl_source_checkout_without_metadata_is_read_from_its_version_file(tmp_path, monkeypatch):
+    checkout = tmp_path / "checkout"
+    (checkout / "verl" / "version").mkdir(parents=True)
+    (checkout / "verl" / "__init__.py").write_text("raise RuntimeError('the version check must not import verl')\n")
+    (checkout / "verl" / "version" / "version").write_text("0.9.0\n")
+
+    def no_metadata(name):
+        raise versions.importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(versions.importlib.metadata, "version", no_metadata)
+    monkeypatch.syspath_prepend(str(checkout))
+    monkeypatch.delitem(sys.modules, "verl", raising=False)
+    assert installed_verl() == "0.9.0"

@@ -8,6 +8,8 @@ with its reason (:data:`V1_TRAINER_MIN_VERL`).
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
+from pathlib import Path
 from typing import Iterable, Optional
 
 from omegaconf import DictConfig
@@ -32,11 +34,20 @@ NEWER_VERL_WHY = "the recipe subclasses verl's trainers, whose internals change 
 
 
 def installed_verl() -> Optional[str]:
-    """The installed verl's version from its package metadata (None when verl is not installed)."""
+    """The installed verl's version from its package metadata, or from ``verl/version/version`` for a source checkout
+    on PYTHONPATH (no metadata); None when verl cannot be imported. Does not import verl."""
     try:
         return importlib.metadata.version("verl")
     except importlib.metadata.PackageNotFoundError:
+        pass
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
         return None
+    for folder in spec.submodule_search_locations:
+        version_file = Path(folder) / "version" / "version"
+        if version_file.is_file():
+            return version_file.read_text().strip()
+    return None
 
 
 def verl_version_problem(version: Optional[str]) -> Optional[str]:
