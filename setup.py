@@ -1,4 +1,4 @@
-"""recipe_dapo: DAPO (arXiv 2503.14476) as a pip-installable recipe for verl 0.9.1."""
+"""recipe_dapo: DAPO (arXiv 2503.14476) as a pip-installable recipe for verl 0.9 (0.9.0 and 0.9.1)."""
 
 from setuptools import find_packages, setup
 
@@ -13,7 +13,7 @@ REPORT = ["matplotlib>=3.7"]
 setup(
     name="recipe_dapo",
     version="0.1.0",
-    description="DAPO (Decoupled Clip and Dynamic sAmpling Policy Optimization) recipe for verl 0.9.1",
+    description="DAPO (Decoupled Clip and Dynamic sAmpling Policy Optimization) recipe for verl 0.9",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
@@ -21,7 +21,9 @@ setup(
     package_data={"recipe_dapo": ["config/*.yaml", "config/**/*.yaml"]},
     include_package_data=True,
     install_requires=[
-        "verl==0.9.1",
+        # The same range as recipe_dapo.preflight.versions.SUPPORTED_VERL (the start-up check refuses any other verl;
+        # a test compares the two): 0.9.0 and 0.9.1 are tested, trainer.use_v1=true needs 0.9.1.
+        "verl>=0.9.0,<0.10",
         "ray[default]>=2.41",
         "torch>=2.6",
         TRANSFORMERS,

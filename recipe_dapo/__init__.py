@@ -8,8 +8,8 @@ Where things live (a newcomer finds a concept's home from the folder names):
                         verl's registries
 - ``config``            the Hydra config (``dapo_trainer.yaml`` and its ``size/``, ``ablation/``, ``sampling/``,
                         ``platform/`` groups), the typed ``dapo:`` section (``settings``), resolvers, 'did you mean'
-- ``preflight``         the start-up rules, by the section they check (cluster shapes, inputs, algorithm, sampling,
-                        reward, trainers, verl's own)
+- ``preflight``         the start-up rules, by the section they check (the installed verl's version, cluster shapes,
+                        inputs, algorithm, sampling, reward, trainers, verl's own)
 - ``trainers``          ``classic/`` (verl's ``RayPPOTrainer``) and ``v1/`` (verl's v1 trainers), the table that
                         chooses between them, and what both share (step metrics, checkpoint state, validation metrics)
 - ``dynamic_sampling``  group filtering, keep rules, the round loop, surplus pool and prompt skipping (pure, no Ray)

@@ -16,6 +16,7 @@ in the driver and in a worker, that the registrations really happened (see ``pre
 from __future__ import annotations
 
 import importlib
+import logging
 
 from recipe_dapo.cpu.detect import cpu_platform_wanted
 from recipe_dapo.import_hooks import failed_hooks, when_imported
@@ -33,9 +34,16 @@ COMPONENT_MODULES = {
     "recipe_dapo.reward.manager": REWARD_MANAGER_REGISTRY_MODULE,
     "recipe_dapo.trainers.classic.seeded_agent_loop": AGENT_LOOP_REGISTRY_MODULE,
 }
+CPU_PLATFORM_MODULE = "recipe_dapo.cpu.platform"
+
+logger = logging.getLogger(__name__)
 
 if cpu_platform_wanted():
-    importlib.import_module("recipe_dapo.cpu.platform")
+    try:
+        importlib.import_module(CPU_PLATFORM_MODULE)
+    except Exception as _error:  # e.g. a verl without verl.plugin.platform: never break `import verl`
+        failed_hooks[CPU_PLATFORM_MODULE] = _error
+        logger.warning("recipe_dapo: the CPU platform did not register", exc_info=True)
 
 for _component, _registry in COMPONENT_MODULES.items():
     when_imported(_registry, lambda module=_component: importlib.import_module(module))
@@ -72,6 +80,8 @@ def check_plugins_registered(where: str) -> None:
         error = registration_errors() or None
     except Exception as exc:  # verl's registries (or the recipe's modules they import) failed to import
         missing, error = ["recipe_dapo.plugin"], exc
+    if CPU_PLATFORM_MODULE in failed_hooks:  # the plugin's import of the CPU platform failed (see above)
+        missing.append("platform:cpu")
     if missing:
         raise PluginNotLoadedError(
             f"recipe_dapo components are not registered in {where}: missing {missing}"

@@ -2,7 +2,7 @@
 # Submit any launch script to a running Ray cluster with `ray job submit` instead of running its driver here.
 #
 # Assumes:   a Ray cluster (`ray start --head` on one node, `ray start --address=HEAD:6379` on the others) whose
-#            nodes all have the recipe's Python environment (verl 0.9.1, vLLM) and see MODEL_PATH and DATA_DIR at the
+#            nodes all have the recipe's Python environment (verl 0.9.0 or 0.9.1, vLLM) and see MODEL_PATH and DATA_DIR at the
 #            same paths; the `ray` CLI here. This repository is uploaded as the job's working directory, and
 #            scripts/runtime_env.yaml registers the recipe in every worker even where it is not pip-installed.
 # Launch:    bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b.sh [Hydra overrides...]

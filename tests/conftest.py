@@ -18,6 +18,20 @@ def pytest_configure(config):
     )
 
 
+def _v1_trainer_supported() -> bool:
+    from recipe_dapo.preflight.versions import installed_verl, v1_trainer_supported
+
+    return v1_trainer_supported(installed_verl())
+
+
+requires_verl_v1 = pytest.mark.skipif(
+    not _v1_trainer_supported(),
+    reason="the installed verl's v1 trainer lacks the hooks the recipe's v1 trainer needs: the start-up check refuses "
+    "trainer.use_v1=true there (recipe_dapo.preflight.versions.V1_TRAINER_MIN_VERL)",
+)
+"""Tests of the recipe's v1 trainer and replay buffer: skipped on a verl where ``trainer.use_v1=true`` is refused."""
+
+
 def shared_data_dir() -> Path | None:
     """The offline data (../shared/data beside the repository, or $SHARED_DATA_DIR); None when absent."""
     for candidate in (REPO_ROOT.parent / "shared" / "data", os.environ.get("SHARED_DATA_DIR")):

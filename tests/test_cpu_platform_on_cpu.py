@@ -172,3 +172,38 @@ def test_a_real_ray_worker_gets_its_platform_from_the_config_not_from_its_node(t
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"PLATFORM={expected}" in result.stdout, result.stdout[-2000:]
+
+
+def test_verls_padding_helpers_run_without_flash_attn_on_the_cpu_platform():
+    """verl 0.9.0's attention_utils imports flash_attn (CUDA wheels only) in the actor's log-prob path; on the CPU
+    platform the recipe gives it pure-torch padding (verl 0.9.1 has its own fallback, left alone)."""
+    import importlib.util
+
+    from recipe_dapo.cpu.compat import apply
+    from verl.utils import attention_utils
+
+    assert importlib.util.find_spec("flash_attn") is None  # the CPU machine this test is about
+    apply()
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 0, 0]])
+    hidden = torch.arange(2 * 4 * 3, dtype=torch.float32).view(2, 4, 3)
+    tokens, indices, cu_seqlens, max_seqlen, used = attention_utils.unpad_input(hidden, mask)
+    assert tokens.tolist() == hidden[mask.bool()].tolist()
+    assert cu_seqlens.tolist() == [0, 3, 5] and max_seqlen == 3 and used.tolist() == [3, 2]
+    padded = attention_utils.pad_input(tokens, indices, 2, 4)
+    assert torch.equal(padded, hidden * mask.unsqueeze(-1))
+    assert attention_utils.index_first_axis(hidden.view(8, 3), indices).tolist() == tokens.tolist()
+
+
+def test_the_recipes_padding_equals_verls_own_fallback_where_verl_has_one():
+    from recipe_dapo.cpu import compat
+    from verl.utils import attention_utils
+
+    if not hasattr(attention_utils, "_fallback_unpad_input"):
+        pytest.skip("this verl (0.9.0) has no fallback of its own: the recipe's is the one in use")
+    mask = torch.tensor([[1, 1, 0], [0, 1, 1], [1, 1, 1]])
+    unused = torch.tensor([[0, 0, 1], [0, 0, 0], [0, 0, 0]])
+    hidden = torch.randn(3, 3, 2)
+    ours, theirs = compat.unpad_input(hidden, mask, unused), attention_utils._fallback_unpad_input(hidden, mask, unused)
+    for a, b in zip(ours, theirs, strict=True):
+        assert (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b)
+    assert torch.equal(compat.pad_input(ours[0], ours[1], 3, 3), attention_utils._fallback_pad_input(theirs[0], theirs[1], 3, 3))

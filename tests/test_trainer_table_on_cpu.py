@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import requires_verl_v1
 from recipe_dapo.trainers.table import TRAINERS, V1_SAMPLER, V1_TRAINER_MODES, load, trainer_for, v1_entry
 
 
@@ -44,6 +45,7 @@ def test_the_recipe_config_sets_the_tables_v1_sampler():
     assert load(f"{V1_SAMPLER[0].removeprefix('pkg://')}:{V1_SAMPLER[1]}").__name__ == "DAPOReplayBuffer"
 
 
+@requires_verl_v1
 @pytest.mark.parametrize("mode,drains", [("sync", True), ("colocate_async", False)])
 def test_the_replay_buffer_drains_as_the_table_says(mode, drains):
     from omegaconf import OmegaConf

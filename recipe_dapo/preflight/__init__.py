@@ -1,6 +1,6 @@
 """The start-up rules: every check a configuration must pass before anything heavy starts, grouped by the section
-they check (``cluster``, ``inputs``, ``algorithm``, ``sampling``, ``reward``, ``trainers``, and ``verl``: the rules
-that need verl imported).
+they check (``versions``: the installed verl, ``cluster``, ``inputs``, ``algorithm``, ``sampling``, ``reward``,
+``trainers``, and ``verl``: the rules that need verl imported).
 
 A real start-up (``python -m recipe_dapo.main_dapo``) and a dry run (``DRY_RUN=1`` / ``python -m
 recipe_dapo.dry_run``) call the same :func:`check_config`. The only difference is what happens to an input file
@@ -33,10 +33,12 @@ from recipe_dapo.preflight.reward import rule_legacy_keys, rule_reward
 from recipe_dapo.preflight.sampling import rule_dynamic_sampling, rule_filter_metric, rule_prompt_keys
 from recipe_dapo.preflight.trainers import rule_ignored_options, rule_preemption, rule_trainer, rule_v1_installed
 from recipe_dapo.preflight.verl import rule_registries, rule_verl_configs
+from recipe_dapo.preflight.versions import rule_verl_version
 
 __all__ = ["CheckReport", "DAPOConfigError", "RULES", "VERL_RULES", "check_config"]
 
 RULES: tuple[Rule, ...] = (
+    rule_verl_version,
     rule_trainer,
     rule_ignored_options,
     rule_preemption,
