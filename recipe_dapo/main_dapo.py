@@ -55,13 +55,16 @@ class preemption_guard:
         self.config = config
 
     def __enter__(self):
-        from recipe_dapo.trainers.preemption import guard_driver
+        self.guard = None
+        if self.config.dapo.preemption.enable:  # off by default (dapo.preemption.enable says why)
+            from recipe_dapo.trainers.preemption import guard_driver
 
-        self.guard = guard_driver(self.config)
+            self.guard = guard_driver(self.config)
         return self.guard
 
     def __exit__(self, kind, error, traceback):
-        self.guard.finish()  # after a signal: raises SystemExit(128 + signal), whatever ended the run
+        if self.guard is not None:
+            self.guard.finish()  # after a signal: raises SystemExit(128 + signal), whatever ended the run
         return False
 
 

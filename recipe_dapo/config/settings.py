@@ -59,6 +59,12 @@ class PreemptionSettings:
     step's checkpoint (unless saved), prints the end-of-run summary and the resume line, and the driver exits with
     ``128 + signal``; a second signal exits at once."""
 
+    enable: bool = False
+    """Install the driver's SIGTERM / SIGINT guard (``trainers.preemption``). Off by default: on the last run of its
+    tests here the guard's thread hung while raising the trainer's flag through Ray, so a signal during training left
+    the driver waiting. Off, a signal acts as in verl (the driver dies; the last saved checkpoint stays, the end-of-run
+    summary names it)."""
+
     grace_s: float = 600.0
     """Longest wait, in seconds, for the trainer to finish its step and save after the signal; then the driver exits
     without that save (the last good checkpoint is named). Set it below the scheduler's own grace (SLURM
