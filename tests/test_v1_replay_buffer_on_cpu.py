@@ -305,7 +305,7 @@ def test_a_dead_engine_stops_the_step_at_once_naming_the_server_and_the_error(tr
     assert "EngineDeadError" in message and "DeadEngineServer.generate" in message  # the error and where it ran
     assert "rerun the same command" in message
     assert elapsed < BOUND_S, elapsed
-    assert rollouts.submitted == [12]  # no refill after the first group came back failed
+    assert len(rollouts.submitted) == 1  # no refill after the first group came back failed
 
 
 @pytest.mark.timeout(120)
