@@ -89,3 +89,30 @@ def default_assets(tmp_path_factory):
     from recipe_dapo.cpu.assets import build_default_assets
 
     return build_default_assets(tmp_path_factory.mktemp("assets"))
+
+
+@pytest.fixture
+def engine_health():
+    """A stand-in for vLLM's HTTP server's ``GET /health`` (200 while the engine runs, 503 once it died): ``.address``
+    (host:port) and ``.status``, which the test sets."""
+    import http.server
+    import threading
+    from types import SimpleNamespace
+
+    state = SimpleNamespace(status=200, address="")
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(state.status if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state.address = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        yield state
+    finally:
+        server.shutdown()

@@ -1,11 +1,11 @@
-"""``trainers.v1.rollout_health``: which rollout errors end a v1 run, the line that says so, and when the stream
+"""``trainers.rollout_health``: which rollout errors end a v1 run, the line that says so, and when the stream
 probes the rollout's liveness (pure: no Ray cluster, no TransferQueue)."""
 
 from __future__ import annotations
 
 import pytest
 
-from recipe_dapo.trainers.v1.rollout_health import (
+from recipe_dapo.trainers.rollout_health import (
     RolloutDied,
     StallWatch,
     error_tag,
@@ -85,3 +85,64 @@ def test_the_probe_runs_only_after_a_stall_and_at_most_once_per_period():
     now[0] += 30
     with pytest.raises(RolloutDied, match="agent-loop worker 0 is dead"):
         stalled.check(in_flight=4)
+
+
+# ------------------------------------------------------------------ a weight sync into a dead engine (both trainers)
+
+
+class SyncIntoTheEngine:
+    """verl's checkpoint manager as the trainers see it: ``update_weights(step)`` returns once every replica loaded the
+    weights, and never when an engine died mid-sync (its server waits on the engine forever)."""
+
+    def __init__(self, engine_health, takes_s: float = 0.0):
+        self.engine_health, self.takes_s, self.calls = engine_health, takes_s, 0
+
+    def update_weights(self, global_steps=None):
+        import threading
+        import time
+
+        self.calls += 1
+        if self.engine_health.status != 200:
+            threading.Event().wait()  # the engine is gone: nothing ever answers
+        time.sleep(self.takes_s)
+        return {"timing_s/update_weights": self.takes_s, "step": global_steps}
+
+
+def test_a_weight_sync_into_a_dead_engine_ends_with_the_engine_named_within_the_probe_interval(engine_health):
+    import time
+
+    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+
+    manager = SyncIntoTheEngine(engine_health, takes_s=0.3)
+    watch_weight_syncs(manager, RolloutLiveness([], [], [engine_health.address], timeout_s=2), every_s=0.1)
+    assert manager.update_weights(4) == {"timing_s/update_weights": 0.3, "step": 4}  # alive: verl's result, probes pass
+
+    engine_health.status = 503
+    began = time.monotonic()
+    with pytest.raises(RolloutDied, match=r"engine of rollout replica 0 .* is dead: .*HTTP 503.* \(during the weight "
+                                          r"sync to the rollout, which cannot finish\)"):
+        manager.update_weights(5)
+    assert time.monotonic() - began < 2.0
+    assert manager.calls == 2
+
+
+def test_a_watched_weight_sync_raises_verls_own_error_and_is_wrapped_once(engine_health):
+    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+
+    class Failing:
+        def update_weights(self, global_steps=None):
+            raise ValueError(f"weights of step {global_steps} do not fit")
+
+    manager = Failing()
+    probe = RolloutLiveness([], [], [engine_health.address], timeout_s=2)
+    watch_weight_syncs(manager, probe, every_s=0.1)
+    wrapped = manager.update_weights
+    watch_weight_syncs(manager, probe, every_s=0.1)
+    assert manager.update_weights is wrapped
+    with pytest.raises(ValueError, match="weights of step 3 do not fit"):
+        manager.update_weights(3)
+    untouched = Failing()
+    watch_weight_syncs(untouched, RolloutLiveness([], [], []), every_s=0.1)  # nothing to probe: verl's call as it is
+    no_probe = Failing()
+    watch_weight_syncs(no_probe, probe, every_s=0)  # dapo.health.rollout_probe_s=0: no probe
+    assert "update_weights" not in vars(untouched) and "update_weights" not in vars(no_probe)

@@ -279,7 +279,7 @@ def test_a_dead_engine_stops_the_step_at_once_naming_the_server_and_the_error(tr
 
     import ray
 
-    from recipe_dapo.trainers.v1.rollout_health import RolloutDied
+    from recipe_dapo.trainers.rollout_health import RolloutDied
 
     @ray.remote
     class DeadEngineServer:
@@ -316,8 +316,8 @@ def test_a_dead_agent_loop_worker_is_found_by_the_liveness_probe_and_named(trans
 
     import ray
 
-    from recipe_dapo.trainers.v1.agent_loop import RolloutLiveness
-    from recipe_dapo.trainers.v1.rollout_health import RolloutDied, StallWatch
+    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness
+    from recipe_dapo.trainers.rollout_health import RolloutDied, StallWatch
 
     @ray.remote
     class AgentLoopWorker:
@@ -346,33 +346,15 @@ def test_a_dead_agent_loop_worker_is_found_by_the_liveness_probe_and_named(trans
     assert buffer.groups.watch.probes == 1
 
 
-def test_the_probe_names_a_replica_whose_vllm_engine_fails_its_health_check():
+def test_the_probe_names_a_replica_whose_vllm_engine_fails_its_health_check(engine_health):
     """vLLM's HTTP server answers ``GET /health`` with 503 once its engine is dead; 200 is alive; a server that cannot
     be reached is not called dead (it may serve no HTTP)."""
-    import http.server
-    import threading
+    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness
+    from recipe_dapo.trainers.rollout_health import RolloutDied
 
-    from recipe_dapo.trainers.v1.agent_loop import RolloutLiveness
-    from recipe_dapo.trainers.v1.rollout_health import RolloutDied
-
-    status = {"code": 200}
-
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(status["code"] if self.path == "/health" else 404)
-            self.end_headers()
-
-        def log_message(self, *_):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        live, unreachable = f"127.0.0.1:{server.server_address[1]}", "127.0.0.1:1"  # port 1: nothing listens
-        RolloutLiveness([], [], [live], timeout_s=5)()  # alive: no error
-        status["code"] = 503
-        with pytest.raises(RolloutDied, match=r"engine of rollout replica 0 \(127\.0\.0\.1:\d+\) is dead: .*HTTP 503"):
-            RolloutLiveness([], [], [live], timeout_s=5)()
-        RolloutLiveness([], [], [unreachable], timeout_s=5)()  # no answer proves nothing: the actor check finds a dead server
-    finally:
-        server.shutdown()
+    live, unreachable = engine_health.address, "127.0.0.1:1"  # port 1: nothing listens
+    RolloutLiveness([], [], [live], timeout_s=5)()  # alive: no error
+    engine_health.status = 503
+    with pytest.raises(RolloutDied, match=r"engine of rollout replica 0 \(127\.0\.0\.1:\d+\) is dead: .*HTTP 503"):
+        RolloutLiveness([], [], [live], timeout_s=5)()
+    RolloutLiveness([], [], [unreachable], timeout_s=5)()  # no answer proves nothing: the actor check finds a dead server

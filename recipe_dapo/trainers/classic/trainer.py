@@ -72,6 +72,7 @@ from recipe_dapo.trainers.checkpoint_state import (
     save_recipe_state,
 )
 from recipe_dapo.trainers.preemption import TrainerWatch
+from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
 from recipe_dapo.trainers.step_metrics import (
     GEN_TIMER,
     RESPONSE_TOKENS_METRIC,
@@ -151,6 +152,12 @@ class RayDAPOTrainer(RayPPOTrainer):
         self._load_checkpoint()
         # Opened after the checkpoint: the metrics file keeps what earlier processes logged up to this step.
         self.tracker = open_tracking(self.config, resumed_step=self.global_steps, total_steps=self.total_training_steps)
+        # A weight sync into a dead engine never returns: the rollout's liveness probe runs beside every sync.
+        watch_weight_syncs(
+            getattr(self, "checkpoint_manager", None),
+            RolloutLiveness.of(getattr(self, "async_rollout_manager", None), getattr(self, "llm_server_manager", None)),
+            float(self.config.dapo.health.rollout_probe_s),
+        )
         self.replicas.sync_weights(self.global_steps)
         SkipManager.init(self.config)
 

@@ -47,7 +47,7 @@ from recipe_dapo.dynamic_sampling import (
 )
 from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
 from recipe_dapo.trainers.step_metrics import scored_round_metrics
-from recipe_dapo.trainers.v1.rollout_health import ERROR_TAG, FATAL_TAG, RolloutDied, StallWatch, fatal_failure_message
+from recipe_dapo.trainers.rollout_health import ERROR_TAG, FATAL_TAG, RolloutDied, StallWatch, fatal_failure_message
 from recipe_dapo.trainers.table import V1_TRAINER_MODES, v1_entry
 
 logger = logging.getLogger(__name__)

@@ -45,9 +45,9 @@ from recipe_dapo.tracking.console import announce
 from recipe_dapo.tracking.tracker import open_tracking
 from recipe_dapo.trainers.step_metrics import RESPONSE_TOKENS_METRIC, UpdateGuard
 from recipe_dapo.trainers.table import v1_entry
-from recipe_dapo.trainers.v1.agent_loop import RolloutLiveness
+from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
-from recipe_dapo.trainers.v1.rollout_health import StallWatch
+from recipe_dapo.trainers.rollout_health import StallWatch
 from recipe_dapo.trainers.validation_metrics import add_problem_metrics
 
 logger = logging.getLogger(__name__)
@@ -133,13 +133,14 @@ class _DAPOOnV1:
         verl's loop also pretty-prints every validation metric at the start and the end (hundreds of lines); the
         tracker's validation lines and end-of-run summary say it, and the metrics file has every value.
 
-        The sampler's stream gets the rollout's liveness probe (``dapo.health.rollout_probe_s``): a dead agent-loop
-        worker, rollout server or vLLM engine stops the run instead of leaving it waiting for groups.
+        The sampler's stream and verl's weight syncs get the rollout's liveness probe (``dapo.health.rollout_probe_s``):
+        a dead agent-loop worker, rollout server or vLLM engine stops the run instead of leaving it waiting for groups
+        or for a sync that never returns.
         """
-        self.replay_buffer.groups.watch = StallWatch(
-            RolloutLiveness.of(agent_loop_manager, getattr(self, "llm_server_manager", None)),
-            float(self.config.dapo.health.rollout_probe_s),
-        )
+        liveness = RolloutLiveness.of(agent_loop_manager, getattr(self, "llm_server_manager", None))
+        probe_s = float(self.config.dapo.health.rollout_probe_s)
+        self.replay_buffer.groups.watch = StallWatch(liveness, probe_s)
+        watch_weight_syncs(getattr(self, "checkpoint_manager", None), liveness, probe_s)
         verl_tracking, verl_pprint = verl_trainer_base.Tracking, verl_trainer_base.pprint
         verl_trainer_base.Tracking = lambda **_: open_tracking(
             self.config, resumed_step=self.global_steps, total_steps=self.total_training_steps

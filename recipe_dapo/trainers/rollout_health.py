@@ -1,18 +1,22 @@
-"""When verl v1's rollout dies, the run stops: what counts as dead, how it is reported, when the stream probes.
+"""When the rollout dies, the run stops: what counts as dead, how it is reported, when the probe runs.
 
 On verl's v1 trainer generation is fire-and-forget: an agent-loop task that raises only marks its prompt group
 ``failure`` in TransferQueue, which the recipe's buffer drops and refills. That is right for one bad sample and wrong
 for a dead vLLM engine or a dead Ray actor: every later group fails too (or never finishes), and the step waits or
 refills forever. This module (no Ray, no TransferQueue) decides which errors mean the rollout itself is gone
-(:func:`is_fatal`), turns them into one readable line (:func:`summarize_error`), and times the liveness probe that
-the stream runs when groups are in flight and none has come back for a while (:class:`StallWatch`).
+(:func:`is_fatal`), turns them into one readable line (:func:`summarize_error`), times the liveness probe that
+the stream runs when groups are in flight and none has come back for a while (:class:`StallWatch`), and runs a call
+that may never return (verl's weight sync into a dead engine) with the probe beside it (:func:`call_watched`).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
+
+T = TypeVar("T")
 
 # Errors after which no later request can succeed: vLLM's engine process is gone, or a Ray actor (a rollout
 # server, the load balancer, a reward worker) or its node died. Matched by class name anywhere in the error's class
@@ -138,3 +142,33 @@ class StallWatch:
         self._last_probe = now
         self.probes += 1
         self.probe()
+
+
+def call_watched(call: Callable[[], T], probe: Callable[[], None], every_s: float, what: str) -> T:
+    """``call()``'s result, with ``probe()`` run every ``every_s`` seconds while it has not returned.
+
+    ``call`` runs on a thread of its own; this thread waits for it and probes. When the probe raises
+    :class:`RolloutDied` (something the call waits on is dead, so it may never return), that error is raised here,
+    naming ``what`` was under way, and the call's thread is left behind (it holds nothing the run still needs: the run
+    ends). An error of ``call`` itself is raised as it is.
+    """
+    done = threading.Event()
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # handed to the waiting thread, raised there
+            outcome["error"] = error
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"recipe_dapo-watched: {what}", daemon=True).start()
+    while not done.wait(every_s):
+        try:
+            probe()
+        except RolloutDied as error:
+            raise RolloutDied(f"{error} (during {what}, which cannot finish)") from error
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -1,0 +1,108 @@
+"""Is the rollout alive? The probe both trainers run when the rollout makes no progress, and the bounded weight sync.
+
+:class:`RolloutLiveness` asks whether the agent-loop workers and the rollout servers' Ray actors are alive and
+whether every vLLM engine answers its health check; it raises ``RolloutDied`` naming what died. The v1 trainer's
+stream runs it when groups are in flight and none comes back (``rollout_health.StallWatch``). Both trainers run it
+while verl's weight sync (``checkpoint_manager.update_weights``) is under way (:func:`watch_weight_syncs`): a sync
+into a dead engine never returns, and without the probe the run would wait forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.error
+import urllib.request
+from typing import Any, Optional
+
+import ray
+
+from recipe_dapo.trainers.rollout_health import RolloutDied, call_watched, summarize_error
+
+logger = logging.getLogger(__name__)
+
+
+def _actor_name(handle) -> str:
+    try:
+        name = handle._ray_actor_creation_function_descriptor.class_name.rsplit(".", 1)[-1]
+        return f"{name} {handle._actor_id.hex()[:12]}"
+    except Exception:
+        return repr(handle)
+
+
+class RolloutLiveness:
+    """Raises :class:`RolloutDied`, naming what died, when an agent-loop worker or a rollout server's actor is dead
+    or a vLLM engine fails its health check (``GET /health``: 200 while the engine runs, 503 once it died). A probe
+    that times out or cannot connect proves nothing (the actor may be busy) and is only logged."""
+
+    def __init__(self, agent_loop_workers, server_handles, server_addresses, timeout_s: float = 10.0):
+        self.workers = list(agent_loop_workers or [])
+        self.servers = list(server_handles or [])
+        self.addresses = list(server_addresses or [])
+        self.timeout_s = float(timeout_s)
+
+    @classmethod
+    def of(cls, agent_loop_manager, llm_server_manager, timeout_s: float = 10.0) -> "RolloutLiveness":
+        return cls(getattr(agent_loop_manager, "agent_loop_workers", []),
+                   getattr(llm_server_manager, "server_handles", []),
+                   getattr(llm_server_manager, "server_addresses", []), timeout_s=timeout_s)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to probe (no rollout started, as in tests of the trainer alone)."""
+        return not (self.workers or self.servers or self.addresses)
+
+    def __call__(self) -> None:
+        self._actors_alive("agent-loop worker", self.workers)
+        self._actors_alive("rollout server (replica)", self.servers)
+        for rank, address in enumerate(self.addresses):
+            problem = self._engine_problem(address)
+            if problem is not None:
+                raise RolloutDied(f"the vLLM engine of rollout replica {rank} ({address}) is dead: {problem}")
+
+    def _actors_alive(self, role: str, handles: list) -> None:
+        if not handles:
+            return
+        refs = [handle.__ray_ready__.remote() for handle in handles]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
+        for index, (handle, ref) in enumerate(zip(handles, refs)):
+            if ref not in ready:
+                logger.warning("%s %d (%s) did not answer within %.0f s", role, index, _actor_name(handle),
+                               self.timeout_s)
+                continue
+            try:
+                ray.get(ref)
+            except Exception as error:
+                raise RolloutDied(f"{role} {index} ({_actor_name(handle)}) is dead: {summarize_error(error)}") from error
+
+    def _engine_problem(self, address: str) -> Optional[str]:
+        """What the engine's health check says is wrong; None when it is healthy or cannot be asked (a server that
+        does not answer may be busy or serve no HTTP: the actor check above catches a dead server)."""
+        url = f"http://{address}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
+                return None if response.status == 200 else f"{url} answered HTTP {response.status}"
+        except urllib.error.HTTPError as error:
+            if error.code >= 500:
+                return f"{url} answered HTTP {error.code} (vLLM answers 503 once its engine has died)"
+            logger.warning("%s answered HTTP %d; cannot tell whether the engine is alive", url, error.code)
+        except (urllib.error.URLError, OSError) as error:
+            logger.warning("%s could not be asked (%s); cannot tell whether the engine is alive", url,
+                           getattr(error, "reason", error))
+        return None
+
+
+def watch_weight_syncs(checkpoint_manager: Any, probe: Optional[Any], every_s: float) -> None:
+    """Make ``checkpoint_manager.update_weights`` (verl's, called by verl's and the recipe's trainers alike) run the
+    rollout's liveness probe every ``every_s`` seconds while it waits: a dead engine or server raises
+    ``RolloutDied`` instead of a sync that never returns. ``every_s <= 0`` or no probe leaves verl's call as it is."""
+    if probe is None or getattr(probe, "empty", False) or every_s <= 0:
+        return
+    if checkpoint_manager is None or getattr(checkpoint_manager, "_recipe_dapo_watched", False):
+        return
+    inner = checkpoint_manager.update_weights
+
+    def update_weights(*args, **kwargs):
+        return call_watched(lambda: inner(*args, **kwargs), probe, every_s, what="the weight sync to the rollout")
+
+    checkpoint_manager.update_weights = update_weights
+    checkpoint_manager._recipe_dapo_watched = True
