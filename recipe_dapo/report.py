@@ -54,8 +54,6 @@ from recipe_dapo.trainers.step_metrics import (
 REPORT_PNG, REPORT_MD = "run_report.png", "run_report.md"
 INSTALL_HINT = "the run report needs matplotlib: pip install 'recipe_dapo[report]'"
 
-RESPONSE_LENGTH, GEN_ROUNDS = RESPONSE_LENGTH_MEAN, NUM_GEN_ROUNDS
-
 Reader = Callable[[Mapping[str, Any]], Optional[float]]
 
 
@@ -75,9 +73,8 @@ def metric(key: str) -> Reader:
     return lambda metrics: number(metrics.get(key))
 
 
-def trained_tokens(metrics: Mapping[str, Any]) -> Optional[float]:
-    """Response tokens that carried loss (the trainers count them after the overlong filter)."""
-    return number(metrics.get(RESPONSE_TOKENS_METRIC))
+# Response tokens that carried loss (the trainers count them after the overlong filter).
+trained_tokens = metric(RESPONSE_TOKENS_METRIC)
 
 
 def time_besides_generation(metrics: Mapping[str, Any]) -> Optional[float]:
@@ -222,7 +219,7 @@ KEEP_RATE_AND_ROUNDS = Panel(
     "keep rate (qualifying / generated groups)",
     (
         Curve("keep rate (left)", metric(KEEP_RATE), (KEEP_RATE,)),
-        Curve("rounds (right)", metric(GEN_ROUNDS), (GEN_ROUNDS,), linestyle=":", marker=".", right=True),
+        Curve("rounds (right)", metric(NUM_GEN_ROUNDS), (NUM_GEN_ROUNDS,), linestyle=":", marker=".", right=True),
     ),
     right_ylabel="generation rounds",
     ymin=0.0,
@@ -247,7 +244,7 @@ CLIP_FRACTIONS = Panel(
     ),
     ymin=0.0,
 )
-RESPONSE_LENGTH_PANEL = single("Response length (trained batch)", "tokens", RESPONSE_LENGTH)
+RESPONSE_LENGTH_PANEL = single("Response length (trained batch)", "tokens", RESPONSE_LENGTH_MEAN)
 OVERLONG = Panel(
     "Overlong share",
     "fraction of responses",
