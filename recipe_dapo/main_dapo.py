@@ -56,7 +56,7 @@ class preemption_guard:
 
     def __enter__(self):
         self.guard = None
-        if self.config.dapo.preemption.enable:  # off by default (dapo.preemption.enable says why)
+        if self.config.dapo.preemption.enable:
             from recipe_dapo.trainers.preemption import guard_driver
 
             self.guard = guard_driver(self.config)

@@ -36,10 +36,10 @@ class HealthSettings:
     ``grad_norm is not finite`` and zeroes the gradient); every skipped step is counted in
     ``training/skipped_updates`` and shown on its console line. 0: never stop."""
     rollout_probe_s: float = 30.0
-    """verl's v1 trainer: when prompts are in flight and no group has come back for this many seconds, check that the
-    agent-loop workers, the rollout servers and their vLLM engines are alive (again every as many seconds while it
-    lasts); a dead one stops the run, naming it. A group failing with a dead engine's error stops it at once,
-    whatever this is. 0: no probe."""
+    """Both trainers, during every weight sync to the rollout, and verl's v1 trainer, when prompts are in flight and no
+    group has come back for this many seconds: check that the agent-loop workers, the rollout servers and their vLLM
+    engines are alive (again every as many seconds while it lasts); a dead one stops the run, naming it. A group
+    failing with a dead engine's error stops it at once, whatever this is. 0: no probe."""
 
 
 @dataclass
@@ -59,11 +59,9 @@ class PreemptionSettings:
     step's checkpoint (unless saved), prints the end-of-run summary and the resume line, and the driver exits with
     ``128 + signal``; a second signal exits at once."""
 
-    enable: bool = False
-    """Install the driver's SIGTERM / SIGINT guard (``trainers.preemption``). Off by default: on the last run of its
-    tests here the guard's thread hung while raising the trainer's flag through Ray, so a signal during training left
-    the driver waiting. Off, a signal acts as in verl (the driver dies; the last saved checkpoint stays, the end-of-run
-    summary names it)."""
+    enable: bool = True
+    """Install the driver's SIGTERM / SIGINT guard (``trainers.preemption``). ``false``: a signal acts as in verl (the
+    driver dies; the last saved checkpoint stays, the end-of-run summary names it)."""
 
     grace_s: float = 600.0
     """Longest wait, in seconds, for the trainer to finish its step and save after the signal; then the driver exits

@@ -207,8 +207,6 @@ def test_v1_colocate_async_trains_with_partial_rollout_and_saves_its_state(tmp_p
     assert (checkpoint / "dapo_state.pt").exists() and (checkpoint / "transfer_queue").exists()
 
 
-@pytest.mark.skip(reason="the driver guard's thread hangs raising the trainer's flag through Ray (the last run here); "
-                  "dapo.preemption.enable is off by default until this passes")
 def test_sigterm_mid_run_saves_the_step_and_the_rerun_continues(tmp_path, default_assets):
     """A scheduler's SIGTERM to the driver during training (issue 26 item 4): the trainer finishes its step, saves it
     (no save was scheduled: save_freq=-1) with the sampler's state, the console says where to resume from, and the
