@@ -2,8 +2,8 @@
 it; a resume test resumes from a copy of a trained run's checkpoint instead of training the first steps again.
 
 Launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
-``classic_run`` and ``v1_run`` (3 steps each), a classic resume and a v1 resume (from copies of them), one
-colocate_async run, and for tests/e2e/test_scale_on_cpu.py ``dp1_scale_reference`` (2 steps at DP 1) and the module's
+``classic_run`` and ``v1_run`` (3 steps each), a v1 resume (from a copy of ``v1_run``), a classic run stopped by
+SIGTERM and its rerun (compared with ``classic_run``: the classic resume check), one colocate_async run, and for tests/e2e/test_scale_on_cpu.py ``dp1_scale_reference`` (2 steps at DP 1) and the module's
 own two-node DP 2 run.
 
 The session fixtures are imported by the test modules that use them (``from e2e_runs import classic_run``).
@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,19 +35,16 @@ SHARED_RUN = (
 TRAINERS = {"classic": ("trainer.use_v1=false",), "v1": ("trainer.use_v1=true",)}
 
 
+def script_env(work_dir: Path, assets: dict) -> dict:
+    return dict(os.environ, PYTHON=sys.executable, WORK_DIR=str(work_dir), MODEL_PATH=assets["model_path"],
+                TRAIN_FILE=assets["train_file"], VAL_FILE=assets["val_file"])
+
+
 def run_default_script(work_dir: Path, assets: dict, *overrides: str, timeout: int = 840) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        PYTHON=sys.executable,
-        WORK_DIR=str(work_dir),
-        MODEL_PATH=assets["model_path"],
-        TRAIN_FILE=assets["train_file"],
-        VAL_FILE=assets["val_file"],
-    )
     work_dir.mkdir(parents=True, exist_ok=True)
     completed = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
-        env=env,
+        env=script_env(work_dir, assets),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -54,6 +52,49 @@ def run_default_script(work_dir: Path, assets: dict, *overrides: str, timeout: i
     (work_dir / "run.log").write_text(completed.stdout + completed.stderr)
     assert completed.returncode == 0, f"run failed, log tail:\n{(completed.stdout + completed.stderr)[-6000:]}"
     return completed
+
+
+class Launch:
+    """``scripts/run_dapo_cpu.sh`` running in the background (the script execs python: the process is the driver),
+    its console written to ``log``; for tests that act on a run while it trains (a signal, a killed engine)."""
+
+    def __init__(self, work_dir: Path, assets: dict, *overrides: str, log_name: str = "run.log"):
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self.log = work_dir / log_name
+        with open(self.log, "w") as out:
+            self.process = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
+                                            env=script_env(work_dir, assets), stdout=out, stderr=subprocess.STDOUT,
+                                            text=True)
+
+    def console(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 600) -> None:
+        """Until ``text`` is on the console; fails if the run ends or the time runs out first."""
+        deadline = time.monotonic() + timeout
+        while text not in self.console() and self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert text in self.console(), f"{text!r} never came (exit {self.process.poll()}):\n{self.console()[-4000:]}"
+
+    def end(self, timeout: float = 600) -> tuple[int, float]:
+        """The exit status, and the seconds it took from this call."""
+        began = time.monotonic()
+        returncode = self.process.wait(timeout=timeout)
+        return returncode, time.monotonic() - began
+
+    def descendants_named(self, fragment: str) -> list:
+        """The driver's descendant processes (Ray's raylet and workers, vLLM's engine) whose name or command line
+        holds ``fragment``."""
+        import psutil
+
+        found = []
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            try:
+                if fragment in child.name() or fragment in " ".join(child.cmdline()):
+                    found.append(child)
+            except psutil.Error:
+                continue
+        return found
 
 
 def metrics_file(work_dir: Path) -> Path:

