@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 import uuid
 
 import numpy as np
@@ -193,6 +194,48 @@ def test_refills_stop_where_the_drain_could_overflow_the_next_step(transfer_queu
         assert metrics["dynamic_sampling/carried_out_groups"] <= BATCH
         assert metrics["dynamic_sampling/dropped_stale_groups"] == 0
     assert max(rollouts.submitted) <= 2 * BATCH  # safety_margin=1 and the 0.5 prior asked for 12
+
+
+class LateRollouts:
+    """``ScriptedRollouts`` whose groups are written ``delay_s`` after their submission, from another thread (as
+    verl's agent-loop workers write them while the trainer polls)."""
+
+    def __init__(self, rollouts: ScriptedRollouts, delay_s: float):
+        self.rollouts, self.delay_s = rollouts, delay_s
+
+    def __call__(self, num_prompts: int) -> int:
+        threading.Timer(self.delay_s, self.rollouts, args=(num_prompts,)).start()
+        return num_prompts
+
+
+def test_a_step_reports_the_trainers_transferqueue_time_and_its_poll_waits(transfer_queue):
+    """The recipe's v1 step adds ``timing_s/tq_read``, ``tq_write``, ``gen_tq`` and ``poll_wait`` (``phase_timing``):
+    here the groups come back 0.3 s after their refill, so the buffer sleeps about that long between polls; the read
+    after sampling counts in ``tq_read`` but not in ``gen_tq``; what came before the step is not counted."""
+    from recipe_dapo.trainers.v1.phase_timing import CLOCK, install_tq_timing, timed_step, uninstall_tq_timing
+
+    tq = transfer_queue
+    clear_partition(tq)
+    buffer = make_buffer(LateRollouts(ScriptedRollouts(tq, [MIXED]), delay_s=0.3), max_staleness=1)
+    install_tq_timing()
+    try:
+        tq.kv_list("train")  # before the step
+        CLOCK.add("poll_wait", 100.0)
+
+        def step(metrics, timing_raw):
+            batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
+            tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["responses"])  # after sampling
+            tq.kv_clear(keys=batch.keys, partition_id="train")
+            return batch
+
+        timing_raw: dict = {}
+        timed_step(step, buffer, {}, timing_raw)
+    finally:
+        uninstall_tq_timing()
+    assert 0.25 <= timing_raw["poll_wait"] < 5.0  # the wave's 0.3 s, not the 100 s added before the step
+    assert timing_raw["tq_read"] > 0 and timing_raw["tq_write"] > 0
+    assert 0 < timing_raw["gen_tq"] < timing_raw["tq_read"] + timing_raw["tq_write"]
+    assert not getattr(tq.kv_list, "timed_phase", None)  # uninstalled
 
 
 # ---------------------------------------------------------------- a dead rollout stops the step

@@ -49,6 +49,7 @@ from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
 from recipe_dapo.trainers.step_metrics import scored_round_metrics
 from recipe_dapo.trainers.rollout_health import ERROR_TAG, FATAL_TAG, RolloutDied, StallWatch, fatal_failure_message
 from recipe_dapo.trainers.table import V1_TRAINER_MODES, v1_entry
+from recipe_dapo.trainers.v1.phase_timing import CLOCK, POLL_WAIT
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +105,10 @@ class TransferQueueGroups:
         return self._submitted - self._returned
 
     def wait(self) -> None:
-        """The poll interval; then, if nothing has come back for a while, the liveness probe (raises RolloutDied)."""
-        time.sleep(self._poll_interval_s)
+        """The poll interval (``timing_s/poll_wait``); then, if nothing has come back for a while, the liveness probe
+        (raises RolloutDied)."""
+        with CLOCK.timing(POLL_WAIT):
+            time.sleep(self._poll_interval_s)
         self.watch.check(self.in_flight())
 
     def poll(self) -> Optional[ScoredRound]:

@@ -46,6 +46,7 @@ from recipe_dapo.tracking.tracker import open_tracking
 from recipe_dapo.trainers.step_metrics import RESPONSE_TOKENS_METRIC, UpdateGuard
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
 from recipe_dapo.trainers.rollout_health import StallWatch
 from recipe_dapo.trainers.validation_metrics import add_problem_metrics
@@ -64,6 +65,7 @@ class _DAPOOnV1:
             )
         self._stop_ids: Optional[list[int]] = None
         self.update_guard = UpdateGuard(config.dapo.health.max_skipped_updates)
+        install_tq_timing()  # this process's TransferQueue reads and writes, per step (timing_s/tq_read, tq_write)
         self.preemption = TrainerWatch(None)  # fit() opens the real one (the driver then knows training began)
         self.stopped_by: Optional[str] = None
         if config.dapo.seeded_rollouts:
@@ -71,6 +73,11 @@ class _DAPOOnV1:
                            "a refill submits depends on the order in which groups finish, so runs do not repeat exactly")
 
     # ---------------------------------------------------------------- the step
+
+    def step(self, metrics: dict, timing_raw: dict):
+        """verl's step, with where its time went in this process beyond verl's timers (``phase_timing``:
+        ``timing_s/tq_read``, ``tq_write``, ``gen_tq``, ``poll_wait``)."""
+        return timed_step(super().step, self.replay_buffer, metrics, timing_raw)
 
     def prepare_step(self) -> dict:
         """Nothing up front: the sampler submits prompts sized to what the step is missing."""
