@@ -17,11 +17,21 @@ folder, process session and local Ray, under the same ``nice``. Per arm: seconds
 first step pays for compilation and warm-up), generated groups per trained group and that over the ideal (1 / keep
 rate, keep rate = qualifying / generated over the run: so ``gen/ideal`` = qualifying / trained, 1.000 when every
 qualifying group was trained; the run's final pool counts against it), qualifying groups discarded (recipe: dropped
-as older than max_staleness; verl: ``discarded_surplus_samples``), where a step's time goes (``gen``: sampling,
-i.e. generation waves, TransferQueue writes and reads and polls until the batch is handed over; of it, for the
-recipe, ``fill`` until the batch was full and ``drain`` waiting for prompts still in flight; ``train``: old
-log-probs, advantages, actor update; ``sync``: weight update), and peak memory (the largest sum of PSS over every
-process of the run, sampled every 0.5 s). Each figure is the mean over repeats, with [min-max] where it varies.
+as older than max_staleness; verl: ``discarded_surplus_samples``), where a step's time goes, and peak memory (the
+largest sum of PSS over every process of the run, sampled every 0.5 s). Each figure is the mean over repeats, with
+[min-max] where it varies.
+
+Where a step's time goes (means over steps 2..N; ``COLUMNS`` says what each column measures, and the bench prints it
+under the table): verl's own timers for every arm (``timing_s/gen``: sampling, from the step's start until the batch
+is handed over; ``reward``, ``old_log_prob``, ``adv`` + ``update_actor``, ``update_weights``; ``other``: the step less
+those), and for the v1 arms what verl does not time, measured in the trainer's process with the same code for the
+recipe and verl (``recipe_dapo.trainers.v1.phase_timing``; the recipe's trainer logs it, the verl arms' task runner
+installs it): the replay buffer asleep between polls (``poll_wait``: generation runs meanwhile), the trainer's
+TransferQueue reads and writes (during sampling, and over the whole step), and the rest of sampling (judging groups,
+fetching and dispatching refills); the drain (waiting, once the batch is full, for the prompts still in flight: the
+recipe's ``dynamic_sampling/drain_s``, and for verl the bench's own ``timing_s/drain`` from the first poll that held a
+full batch); prompt batches sent to generation per step (each about one generation wave on vLLM-CPU). Not split out:
+the agent-loop workers' own TransferQueue writes while generating (part of generation).
 
 Run (about 3 minutes per arm and repeat on 2 cores):
 
