@@ -262,6 +262,18 @@ def test_an_unknown_extra_is_refused_with_the_recipes_extras(tmp_path):
     assert "the recipe has no extra ['gpux'] (setup.py declares ['math', 'gpu', 'cpu', 'v1', 'report', 'test'])" \
         in result.stderr, result.stderr
     assert not (tmp_path / "h").exists() and not list(tmp_path.iterdir())  # nothing half-built left behind
+    # The same answer from the built wheel's metadata (Provides-Extra), which has the last word.
+    with pytest.raises(wheelhouse.WheelhouseError, match=r"has no extra \['gpux'\]"):
+        wheelhouse.check_extras(["gpux"], wheelhouse.recipe_extras(_wheel_with_extras(tmp_path, ["math", "gpu"])))
+    assert wheelhouse.declared_extras("setup(extras_require=EXTRAS)") is None
+
+
+def _wheel_with_extras(folder: Path, extras) -> Path:
+    path = folder / "recipe_dapo-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("recipe_dapo-0.1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: recipe_dapo\n"
+                         + "".join(f"Provides-Extra: {extra}\n" for extra in extras))
+    return path
 
 
 def _house(tmp_path: Path, python: str = "3.11", platform=None) -> Path:
@@ -347,6 +359,18 @@ def test_pips_missing_requirement_line_is_read():
     two_packages = conflict.replace("The user requested (constraint) antlr4-python3-runtime==4.9.3",
                                     "omegaconf 2.3.1 depends on pyyaml>=5.1")
     assert wheelhouse.missing_requirement(two_packages) is None
+
+
+def test_wheels_pip_wheel_built_are_told_from_those_it_downloaded():
+    output = ("Collecting antlr4-python3-runtime==4.9.3 (from hydra-core)\n"
+              "  Using cached antlr4_python3_runtime-4.9.3-py3-none-any.whl\n"
+              "Collecting pylatexenc (from latex2sympy2-extended)\n"
+              "  Using cached pylatexenc-2.11-py2.py3-none-any.whl (137 kB)\n"
+              "Building wheel for tinysdist (pyproject.toml) ... done\n"
+              "  Created wheel for tinysdist: filename=tinysdist-2.1-py3-none-any.whl size=900 sha256=00\n")
+    assert wheelhouse.built_by_pip_wheel(output) == {
+        "antlr4-python3-runtime": "antlr4_python3_runtime-4.9.3-py3-none-any.whl",
+        "tinysdist": "tinysdist-2.1-py3-none-any.whl"}
 
 
 def test_offline_pip_environment_has_no_configuration_index_or_network(monkeypatch):

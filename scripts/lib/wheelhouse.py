@@ -183,6 +183,14 @@ def missing_requirement(pip_output: str) -> Optional[str]:
     return re.search(r"\(constraint\) (\S+)", pinned[0]).group(1) if pinned else requirements[0]
 
 
+def built_by_pip_wheel(pip_output: str) -> Dict[str, str]:
+    """{name: wheel file} of the wheels `pip wheel` built from sdists: now ('Created wheel for X: filename=...'), or
+    earlier, taken from pip's wheel cache ('Using cached X.whl' without a size; a downloaded wheel shows its size)."""
+    built = [filename for _, filename in re.findall(r"Created wheel for (\S+): filename=(\S+\.whl)", pip_output)]
+    built += re.findall(r"^\s*Using cached (\S+\.whl)\s*$", pip_output, flags=re.M)
+    return {parse_wheel_name(filename)["name"]: filename for filename in built}
+
+
 def target_problems(manifest: dict, python_version: str, machine: str, glibc: Optional[Tuple[int, int]]) -> List[str]:
     """Why an interpreter (its 'X.Y', machine, glibc) cannot use the wheelhouse described by ``manifest``."""
     target = manifest["target"]
@@ -291,10 +299,29 @@ def recipe_source(scratch: Path) -> Path:
     return source
 
 
+def declared_extras(setup_py: str) -> Optional[List[str]]:
+    """The keys of setup.py's literal ``extras_require`` dict (None when it is not a literal): checked before the
+    recipe's wheel is built, so that a mistyped extra fails at once."""
+    import ast
+
+    for node in ast.walk(ast.parse(setup_py)):
+        if isinstance(node, ast.keyword) and node.arg == "extras_require" and isinstance(node.value, ast.Dict):
+            keys = [key.value for key in node.value.keys if isinstance(key, ast.Constant)]
+            return keys if len(keys) == len(node.value.keys) else None
+    return None
+
+
+def check_extras(extras: List[str], declared: Optional[List[str]]) -> None:
+    unknown = [extra for extra in extras if declared is not None and extra not in declared]
+    if unknown:
+        raise WheelhouseError(f"--extras: the recipe has no extra {unknown} (setup.py declares {declared})")
+
+
 def build(args: argparse.Namespace) -> None:
     start = time.time()
     folder = Path(args.dir).resolve()
     extras = parse_extras(args.extras)
+    check_extras(extras, declared_extras((ROOT / "setup.py").read_text()))
     host_python = f"{sys.version_info.major}.{sys.version_info.minor}"
     python_version = parse_python(args.python) if args.python else host_python
     platform_tag = parse_platform(args.platform) if args.platform else None
@@ -332,11 +359,7 @@ def build(args: argparse.Namespace) -> None:
         if result.returncode != 0:
             raise WheelhouseError(f"building the {RECIPE} wheel from {ROOT} failed:\n{pip_quiet_lines(result.stdout)}")
         recipe_wheel = next(staging.glob(f"{RECIPE}-*.whl"))
-        unknown = [extra for extra in extras if extra not in recipe_extras(recipe_wheel)]
-        if unknown:
-            raise WheelhouseError(
-                f"--extras: the recipe has no extra {unknown} (setup.py declares {recipe_extras(recipe_wheel)})"
-            )
+        check_extras(extras, recipe_extras(recipe_wheel))  # the built metadata has the last word
         # 2. Binary wheels of everything it needs, for the target; sdist-only requirements are built here.
         target = []
         if cross:
@@ -378,8 +401,7 @@ def download_wheels(pip: List[str], common: List[str], requirements: List[str], 
         if result.returncode != 0:
             raise WheelhouseError("pip could not download or build the wheels for this machine:\n"
                                   + "\n".join(output.splitlines()[-25:]))
-        return {normalize(name): filename for name, filename in
-                re.findall(r"Created wheel for (\S+): filename=(\S+\.whl)", output)}
+        return built_by_pip_wheel(output)
     download = pip + ["download", "-d", str(staging), "--only-binary=:all:", "--find-links", str(staging)]
     download += common + target + pins + list(requirements)
     built: Dict[str, str] = {}
