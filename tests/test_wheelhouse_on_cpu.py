@@ -6,8 +6,8 @@ wheelhouse, then installs from it with pip's ``--no-index``, no pip configuratio
 installation check; it leaves ``<venv>/recipe_dapo_wheelhouse.json``. ``test_this_environment_was_installed_offline_from_its_wheelhouse``
 reads that record for the environment running the tests (CI's, freshly installed) and compares it with what is
 installed. The rest is fast: the sdist fallback of the download on a real pip with a local folder as its only
-index, the command line's refusals, and the pure helpers. Wall time: about 20 s on the 2-core machine (most of it
-the sdist builds and one wheel build of the recipe).
+index, the command line's refusals, and the pure helpers. Wall time: about 25 s on the 2-core machine (60-95 s when
+it is loaded), most of it pip subprocesses building the small sdists.
 """
 
 from __future__ import annotations
