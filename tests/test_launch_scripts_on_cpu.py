@@ -55,7 +55,7 @@ LAUNCH_SCRIPTS = (
     "run_dapo_cpu.sh",
 )
 # Scripts that do something else.
-HELPER_SCRIPTS = ("prepare_data.sh", "install_cpu.sh", "ray_job_submit.sh", "verl_compat.sh")
+HELPER_SCRIPTS = ("prepare_data.sh", "install_cpu.sh", "ray_job_submit.sh", "verl_compat.sh", "wheelhouse.sh")
 
 # The paper's 32B run (section 4.1 and the reference recipe's script) as the composed config must hold it.
 PAPER_32B = {

@@ -1,0 +1,405 @@
+"""The offline wheelhouse (``scripts/wheelhouse.sh``, ``scripts/lib/wheelhouse.py``) and the installation check
+(``recipe_dapo.install_check``).
+
+The offline install itself is tested by every install: ``scripts/install_cpu.sh`` downloads the wheels into a
+wheelhouse, then installs from it with pip's ``--no-index``, no pip configuration and a dead proxy, and runs the
+installation check; it leaves ``<venv>/recipe_dapo_wheelhouse.json``. ``test_this_environment_was_installed_offline_from_its_wheelhouse``
+reads that record for the environment running the tests (CI's, freshly installed) and compares it with what is
+installed. The rest is fast: the sdist fallback of the download on a real pip with a local folder as its only
+index, the command line's refusals, and the pure helpers. Wall time: about 25 s on the 2-core machine (60-95 s when
+it is loaded), most of it pip subprocesses building the small sdists.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from recipe_dapo.install_check import accelerator_verdict, import_fix
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = REPO_ROOT / "scripts" / "wheelhouse.sh"
+_spec = importlib.util.spec_from_file_location("wheelhouse", REPO_ROOT / "scripts" / "lib" / "wheelhouse.py")
+wheelhouse = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(wheelhouse)
+
+REQUIRE_RECORD_ENV = "DAPO_REQUIRE_WHEELHOUSE_RECORD"  # .ci/run sets it: there the record must exist
+
+
+# ------------------------------------------------------------------------------------------------ the CI install
+
+
+def _record() -> dict:
+    path = Path(sys.prefix) / wheelhouse.RECORD
+    if not path.is_file():
+        if os.environ.get(REQUIRE_RECORD_ENV) == "1":
+            pytest.fail(f"{path} is missing: scripts/install_cpu.sh did not install this environment through the "
+                        "wheelhouse (or failed before writing its record)")
+        pytest.skip(f"this environment ({sys.prefix}) was not installed by scripts/install_cpu.sh through the "
+                    "wheelhouse (no record); CI's is")
+    return json.loads(path.read_text())
+
+
+def _pinned(constraints: Path) -> dict:
+    pins = {}
+    for line in constraints.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[wheelhouse.normalize(name)] = version.strip()
+    return pins
+
+
+def test_this_environment_was_installed_offline_from_its_wheelhouse():
+    record = _record()
+    manifest = record["manifest"]
+    command = record["pip_command"]
+    # pip had the wheelhouse and nothing else: no index, no other find-links, no configuration, no network.
+    assert {"--no-index", "--isolated"} <= set(command), command
+    assert command.count("--find-links") == 1 and command[command.index("--find-links") + 1] == record["wheelhouse"]
+    assert not [arg for arg in command if "index-url" in arg], command
+    assert record["pip_env"]["PIP_CONFIG_FILE"] == os.devnull and record["pip_env"]["PIP_NO_INDEX"] == "1"
+    assert record["pip_env"]["HTTPS_PROXY"] == record["pip_env"]["HTTP_PROXY"] == wheelhouse.DEAD_PROXY
+
+    # What is installed here is what the wheelhouse held, at the same versions, less what the manifest removes.
+    installed = {wheelhouse.normalize(dist.metadata["Name"]): dist.version for dist in importlib.metadata.distributions()}
+    held = {wheel["name"]: wheel["version"] for wheel in manifest["wheels"] if wheel["origin"] != "recipe"}
+    removed = set(manifest["remove_after_install"]["packages"])
+    venv_bootstrap = {"pip", "setuptools", "wheel"}  # `python -m venv` puts pip and setuptools there itself
+    not_from_wheelhouse = {name: version for name, version in installed.items()
+                           if name != "recipe-dapo" and held.get(name) != version and name not in venv_bootstrap}
+    assert not not_from_wheelhouse, f"installed but not from the wheelhouse: {not_from_wheelhouse}"
+    build_only = set(wheelhouse.BUILD_BACKEND)
+    not_installed = sorted(set(held) - set(installed) - removed - build_only)
+    assert not not_installed, f"in the wheelhouse but not installed: {not_installed}"
+    assert removed == {"torchvision", "torchaudio", "torchcodec"} and not removed & set(installed)
+    assert set(record["removed"]) == removed
+
+    # The wheelhouse respected scripts/constraints-cpu.txt: every pinned package it holds has the pinned version.
+    assert manifest["constraints"]["file"] == "scripts/constraints-cpu.txt"
+    pins = _pinned(REPO_ROOT / "scripts" / "constraints-cpu.txt")
+    off_pin = {name: (version, pins[name]) for name, version in held.items() if name in pins and pins[name] != version}
+    assert not off_pin, f"wheel version != scripts/constraints-cpu.txt pin: {off_pin}"
+    assert held["torch"] == "2.13.0+cpu"
+
+    # The recipe is the editable checkout (install_cpu.sh), and the installation check passed in full.
+    # (the checkout's own recipe_dapo.egg-info, found first from the working directory, has no direct_url.json)
+    installed_recipe = [dist for dist in importlib.metadata.distributions(name="recipe_dapo")
+                        if dist.read_text("direct_url.json")]
+    assert len(installed_recipe) == 1, [str(dist._path) for dist in importlib.metadata.distributions(name="recipe_dapo")]
+    direct_url = json.loads(installed_recipe[0].read_text("direct_url.json"))
+    assert direct_url["dir_info"].get("editable") and direct_url["url"] == Path(record["editable"]).as_uri()
+    assert record["check_exit"] == 0 and record["check"]["failed"] == []
+    names = [check["name"] for check in record["check"]["checks"]]
+    assert {"verl", "vllm", "accelerator", "plugins"} <= set(names), names
+    assert all(check["ok"] for check in record["check"]["checks"])
+
+
+# ------------------------------------------------------------------------------------------------ the sdist fallback
+
+BACKEND = '''
+import base64, hashlib, os, zipfile
+NAME, VERSION, TAG, REQUIRES = {name!r}, {version!r}, {tag!r}, {requires!r}
+
+def _metadata():
+    return "Metadata-Version: 2.1\\nName: %s\\nVersion: %s\\n" % (NAME, VERSION) + "".join(
+        "Requires-Dist: %s\\n" % r for r in REQUIRES)
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    info = "%s-%s.dist-info" % (NAME, VERSION)
+    files = {{NAME + "/__init__.py": "VALUE = 1\\n", info + "/METADATA": _metadata(),
+             info + "/WHEEL": "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: %s\\n" % TAG}}
+    record = []
+    name = "%s-%s-%s.whl" % (NAME, VERSION, TAG)
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+            record.append("%s,sha256=%s,%d" % (path, digest, len(text)))
+        archive.writestr(info + "/RECORD", "\\n".join(record + [info + "/RECORD,,"]) + "\\n")
+    return name
+'''
+
+
+def _sdist(folder: Path, name: str, version: str, tag: str = "py3-none-any", requires=()) -> None:
+    """An sdist whose in-tree PEP 517 backend builds a wheel with ``tag`` (no setuptools needed: pip builds it
+    offline)."""
+    base = folder / "src" / f"{name}-{version}"
+    base.mkdir(parents=True)
+    (base / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    (base / "backend.py").write_text(BACKEND.format(name=name, version=version, tag=tag, requires=list(requires)))
+    (base / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    with tarfile.open(folder / f"{name}-{version}.tar.gz", "w:gz") as archive:
+        archive.add(base, arcname=base.name)
+
+
+def _wheel(folder: Path, name: str, version: str, requires=()) -> Path:
+    """A pure-Python wheel that needs ``requires``."""
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{name}/__init__.py", "")
+        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                         + "".join(f"Requires-Dist: {r}\n" for r in requires))
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    return path
+
+
+@pytest.fixture
+def local_index(tmp_path):
+    """A folder that is pip's only index: a wheel that needs a package published only as an sdist."""
+    index = tmp_path / "index"
+    index.mkdir()
+    _wheel(index, "tinyapp", "1.0", requires=["tinysdist>=2"])
+    _sdist(index, "tinysdist", "2.1")
+    _sdist(index, "tinynative", "1.0", tag="cp311-cp311-linux_x86_64")
+    _wheel(index, "tinyneedsnative", "1.0", requires=["tinynative"])
+    return index
+
+
+def _offline_pip_args(index: Path) -> list:
+    return ["--disable-pip-version-check", "--isolated", "--no-index", "--find-links", str(index)]
+
+
+@pytest.mark.parametrize("pinned, target", [
+    (False, ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"]),
+    (True, ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"]),
+    (True, []),
+], ids=["other-target", "other-target-pinned", "this-machine-pinned"])
+def test_a_requirement_with_only_an_sdist_is_built_into_a_wheel_and_the_download_resumes(local_index, tmp_path,
+                                                                                          pinned, target):
+    """For another target, unpinned, pip says 'No matching distribution found for tinysdist>=2'; pinned by a
+    constraints file (as constraints-cpu.txt pins hydra-core's sdist-only antlr4 runtime) it reports a conflict
+    instead; for this machine `pip wheel` builds it in the same pass."""
+    staging = tmp_path / "house"
+    staging.mkdir()
+    constraints = None
+    if pinned:
+        constraints = tmp_path / "constraints.txt"
+        constraints.write_text("tinysdist==2.1\n")
+    env_pip = [sys.executable, "-m", "pip"]
+    built = wheelhouse.download_wheels(env_pip, _offline_pip_args(local_index), ["tinyapp"], staging, constraints,
+                                       target)
+    assert built == {"tinysdist": "tinysdist-2.1-py3-none-any.whl"}
+    assert sorted(path.name for path in staging.iterdir()) == ["tinyapp-1.0-py3-none-any.whl",
+                                                                "tinysdist-2.1-py3-none-any.whl"]
+    # The manifest says where each came from, and a truncated copy is caught.
+    manifest = wheelhouse.make_manifest(staging, "tinyapp-1.0-py3-none-any.whl", ["cpu"], "3.11",
+                                        "manylinux_2_28_x86_64", None, built,
+                                        wheelhouse.parser().parse_args(["build", str(staging)]))
+    origins = {wheel["name"]: wheel["origin"] for wheel in manifest["wheels"]}
+    assert origins == {"tinyapp": "recipe", "tinysdist": "built from sdist"}
+    assert wheelhouse.file_problems(manifest, staging) == []
+    (staging / "tinysdist-2.1-py3-none-any.whl").write_bytes(b"truncated")
+    assert wheelhouse.file_problems(manifest, staging) == [
+        "tinysdist-2.1-py3-none-any.whl has 9 bytes, the manifest says "
+        f"{[w['bytes'] for w in manifest['wheels'] if w['name'] == 'tinysdist'][0]}"]
+
+
+def test_an_sdist_that_builds_a_platform_wheel_is_refused_for_another_target(local_index, tmp_path):
+    staging = tmp_path / "house"
+    staging.mkdir()
+    with pytest.raises(wheelhouse.WheelhouseError, match=r"tinynative has no wheel for the target and its sdist "
+                       r"builds a platform-specific wheel here \(tinynative-1.0-cp311-cp311-linux_x86_64.whl\): build "
+                       r"the wheelhouse on a machine of the target's platform and Python"):
+        wheelhouse.download_wheels([sys.executable, "-m", "pip"], _offline_pip_args(local_index), ["tinyneedsnative"],
+                                   staging, None, ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"])
+
+
+def test_a_requirement_that_exists_nowhere_fails_with_pips_reason(local_index, tmp_path):
+    pip = [sys.executable, "-m", "pip"]
+    with pytest.raises(wheelhouse.WheelhouseError, match=r"(?s)pip found neither a wheel for the target nor an sdist of "
+                       r"nosuchpackage:\n.*No matching distribution found for nosuchpackage\n\(check the name"):
+        wheelhouse.download_wheels(pip, _offline_pip_args(local_index), ["nosuchpackage"], tmp_path, None,
+                                   ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"])
+    with pytest.raises(wheelhouse.WheelhouseError, match=r"(?s)pip could not download or build the wheels for this "
+                       r"machine:.*No matching distribution found for nosuchpackage"):
+        wheelhouse.download_wheels(pip, _offline_pip_args(local_index), ["nosuchpackage"], tmp_path, None, [])
+
+
+# ------------------------------------------------------------------------------------------------ command line
+
+
+def _cli(*args, env=None):
+    return subprocess.run(["bash", str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+@pytest.mark.parametrize("args, status, message", [
+    ((), 2, "the following arguments are required: {build,install}"),
+    (("build",), 2, "the following arguments are required: DIR"),
+    (("frobnicate", "x"), 2, "invalid choice: 'frobnicate'"),
+    (("build", "{tmp}/h", "--python", "2.7"), 1, "--python '2.7' is not a Python version such as 3.11"),
+    (("build", "{tmp}/h", "--platform", "manylinux 2 28"), 1, "is not a wheel platform tag; use one such as"),
+    (("build", "{tmp}/h", "--extras", "gpu,,!x"), 1, "is not a comma-separated list of the recipe's extras"),
+    (("build", "{tmp}/h", "--constraints", "{tmp}/none.txt"), 1, "none.txt: no such file"),
+    (("build", "{tmp}/h", "--constraints", "a", "--no-constraints"), 2, "not allowed with argument"),
+    (("build", "{tmp}", "--extras", "cpu"), 1, "exists, is not empty and is not a wheelhouse: give a new folder"),
+    (("install", "{tmp}/none"), 1, "is not a folder: give the wheelhouse folder that `wheelhouse.sh build` wrote"),
+    (("install", "{tmp}"), 1, "has no wheelhouse.json: it is not a wheelhouse (or its build did not finish)"),
+])
+def test_command_line_refusals_name_the_problem(tmp_path, args, status, message):
+    (tmp_path / "something.txt").write_text("not a wheelhouse")
+    result = _cli(*[arg.format(tmp=tmp_path) for arg in args])
+    assert result.returncode == status, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_an_unknown_extra_is_refused_with_the_recipes_extras(tmp_path):
+    result = _cli("build", tmp_path / "h", "--extras", "gpu,gpux")
+    assert result.returncode == 1
+    assert "the recipe has no extra ['gpux'] (setup.py declares ['math', 'gpu', 'cpu', 'v1', 'report', 'test'])" \
+        in result.stderr, result.stderr
+    assert not (tmp_path / "h").exists() and not list(tmp_path.iterdir())  # nothing half-built left behind
+    # The same answer from the built wheel's metadata (Provides-Extra), which has the last word.
+    with pytest.raises(wheelhouse.WheelhouseError, match=r"has no extra \['gpux'\]"):
+        wheelhouse.check_extras(["gpux"], wheelhouse.recipe_extras(_wheel_with_extras(tmp_path, ["math", "gpu"])))
+    assert wheelhouse.declared_extras("setup(extras_require=EXTRAS)") is None
+
+
+def _wheel_with_extras(folder: Path, extras) -> Path:
+    path = folder / "recipe_dapo-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("recipe_dapo-0.1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: recipe_dapo\n"
+                         + "".join(f"Provides-Extra: {extra}\n" for extra in extras))
+    return path
+
+
+def _house(tmp_path: Path, python: str = "3.11", platform=None) -> Path:
+    folder = tmp_path / "house"
+    folder.mkdir()
+    wheel = _wheel(folder, "recipe_dapo", "0.1.0")
+    manifest = {"format": 1, "recipe": {"name": "recipe_dapo", "version": "0.1.0", "wheel": wheel.name,
+                                        "extras": ["cpu"]},
+                "target": {"python": python, "platform": platform}, "remove_after_install": {"packages": [], "why": []},
+                "wheels": [{"file": wheel.name, "name": "recipe-dapo", "version": "0.1.0", "origin": "recipe",
+                            "bytes": wheel.stat().st_size, "sha256": wheelhouse.sha256(wheel)}]}
+    (folder / "wheelhouse.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_install_refuses_a_wheelhouse_for_another_python_before_creating_anything(tmp_path):
+    folder = _house(tmp_path, python="3.12")
+    result = _cli("install", folder, "--venv", tmp_path / "venv", "--python-bin", sys.executable)
+    assert result.returncode == 1
+    assert ("the wheelhouse holds wheels for Python 3.12 and this interpreter is Python 3.11: install with a Python "
+            "3.12 (--python-bin /path/to/python3.12), or rebuild the wheelhouse with --python 3.11") in result.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_install_refuses_missing_or_altered_wheels(tmp_path):
+    folder = _house(tmp_path)
+    (folder / "recipe_dapo-0.1.0-py3-none-any.whl").write_bytes(b"x" * (folder / "recipe_dapo-0.1.0-py3-none-any.whl").stat().st_size)
+    result = _cli("install", folder, "--venv", tmp_path / "venv")
+    assert result.returncode == 1
+    assert ("does not hold what its manifest lists: recipe_dapo-0.1.0-py3-none-any.whl has another sha256 than the "
+            "manifest's: copy the whole folder again, or rebuild it") in result.stderr, result.stderr
+    (folder / "recipe_dapo-0.1.0-py3-none-any.whl").unlink()
+    assert "recipe_dapo-0.1.0-py3-none-any.whl is missing" in _cli("install", folder).stderr
+    (folder / "wheelhouse.json").write_text("{")
+    assert "wheelhouse.json is not valid JSON" in _cli("install", folder).stderr
+
+
+# ------------------------------------------------------------------------------------------------ pure helpers
+
+
+def test_wheel_names_tags_and_targets():
+    assert wheelhouse.parse_wheel_name("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl") == {
+        "name": "torch", "version": "2.13.0+cpu", "python": "cp311", "abi": "cp311",
+        "platform": "manylinux_2_28_x86_64"}
+    assert wheelhouse.parse_wheel_name("Foo.Bar-1.0-1build-py3-none-any.whl")["name"] == "foo-bar"
+    with pytest.raises(wheelhouse.WheelhouseError, match="not a wheel file name"):
+        wheelhouse.parse_wheel_name("pylatexenc-2.10.tar.gz")
+    assert wheelhouse.is_universal("pylatexenc-2.10-py3-none-any.whl")
+    assert not wheelhouse.is_universal("numpy-2.3.5-cp311-cp311-manylinux_2_28_x86_64.whl")
+    assert wheelhouse.glibc_and_arch("manylinux_2_28_x86_64") == ((2, 28), "x86_64")
+    assert wheelhouse.glibc_and_arch("manylinux2014_aarch64") == ((2, 17), "aarch64")
+    assert wheelhouse.glibc_and_arch("macosx_11_0_arm64") is None
+    tags = wheelhouse.expand_platform("manylinux_2_28_x86_64")
+    assert tags[0] == "manylinux_2_28_x86_64" and tags[-1] == "manylinux1_x86_64" and len(tags) == 24 + 3
+    assert tags.index("manylinux2014_x86_64") == tags.index("manylinux_2_17_x86_64") + 1
+    assert "manylinux2010_aarch64" not in wheelhouse.expand_platform("manylinux_2_28_aarch64")
+    assert wheelhouse.expand_platform("manylinux2014_x86_64")[:2] == ["manylinux_2_17_x86_64", "manylinux2014_x86_64"]
+    assert wheelhouse.expand_platform("macosx_11_0_arm64") == ["macosx_11_0_arm64"]
+    assert wheelhouse.parse_python("311") == wheelhouse.parse_python("3.11") == "3.11"
+
+    gpu = {"target": {"python": "3.11", "platform": "manylinux_2_28_x86_64"}}
+    assert wheelhouse.target_problems(gpu, "3.11", "x86_64", (2, 35)) == []
+    assert "this machine is aarch64: rebuild it with --platform manylinux_2_28_aarch64" in \
+        wheelhouse.target_problems(gpu, "3.11", "aarch64", (2, 35))[0]
+    assert "this machine has glibc 2.17: rebuild it with --platform manylinux_2_17_x86_64" in \
+        wheelhouse.target_problems(gpu, "3.11", "x86_64", (2, 17))[0]
+    assert wheelhouse.removals_for(["cpu", "test"])[0] == ["torchvision", "torchaudio", "torchcodec"]
+    assert wheelhouse.removals_for(["gpu", "math"]) == ([], [])
+
+
+def test_pips_missing_requirement_line_is_read():
+    output = ("ERROR: Could not find a version that satisfies the requirement pylatexenc (from versions: none)\n"
+              "ERROR: No matching distribution found for pylatexenc\n")
+    assert wheelhouse.missing_requirement(output) == "pylatexenc"
+    assert wheelhouse.missing_requirement("ERROR: Could not install packages due to an OSError") is None
+    # pip 23.2 under --only-binary when the pinned antlr4 runtime (hydra-core's) has only an sdist:
+    conflict = ("ERROR: Cannot install recipe-dapo because these package versions have conflicting dependencies.\n\n"
+                "The conflict is caused by:\n"
+                "    hydra-core 1.3.8 depends on antlr4-python3-runtime==4.9.*\n"
+                "    The user requested (constraint) antlr4-python3-runtime==4.9.3\n\n"
+                "To fix this you could try to:\n1. loosen the range of package versions you've specified\n")
+    assert wheelhouse.missing_requirement(conflict) == "antlr4-python3-runtime==4.9.3"
+    two_packages = conflict.replace("The user requested (constraint) antlr4-python3-runtime==4.9.3",
+                                    "omegaconf 2.3.1 depends on pyyaml>=5.1")
+    assert wheelhouse.missing_requirement(two_packages) is None
+
+
+def test_wheels_pip_wheel_built_are_told_from_those_it_downloaded():
+    output = ("Collecting antlr4-python3-runtime==4.9.3 (from hydra-core)\n"
+              "  Using cached antlr4_python3_runtime-4.9.3-py3-none-any.whl\n"
+              "Collecting pylatexenc (from latex2sympy2-extended)\n"
+              "  Using cached pylatexenc-2.11-py2.py3-none-any.whl (137 kB)\n"
+              "Building wheel for tinysdist (pyproject.toml) ... done\n"
+              "  Created wheel for tinysdist: filename=tinysdist-2.1-py3-none-any.whl size=900 sha256=00\n")
+    assert wheelhouse.built_by_pip_wheel(output) == {
+        "antlr4-python3-runtime": "antlr4_python3_runtime-4.9.3-py3-none-any.whl",
+        "tinysdist": "tinysdist-2.1-py3-none-any.whl"}
+
+
+def test_offline_pip_environment_has_no_configuration_index_or_network(monkeypatch):
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    monkeypatch.setenv("PIP_INDEX_URL", "https://example.invalid/simple")
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    env = wheelhouse.offline_pip_env()
+    assert "PIP_FIND_LINKS" not in env and "PIP_INDEX_URL" not in env
+    assert env["PIP_CONFIG_FILE"] == os.devnull and env["PIP_NO_INDEX"] == "1"
+    assert env["https_proxy"] == env["HTTPS_PROXY"] == wheelhouse.DEAD_PROXY
+
+
+# ------------------------------------------------------------------------------------------------ install check
+
+
+def test_accelerator_verdicts():
+    assert accelerator_verdict("cuda", 8, 8, "12.8", "2.11.0").ok
+    none_here = accelerator_verdict("cpu", 0, 0, None, "2.13.0+cpu")
+    assert none_here.ok and "verl sees no accelerator (platform cpu; torch 2.13.0+cpu)" in none_here.detail
+    cpu_torch_on_gpu_node = accelerator_verdict("cpu", 0, 8, None, "2.13.0+cpu")
+    assert not cpu_torch_on_gpu_node.ok and "--extras gpu,math" in cpu_torch_on_gpu_node.fix
+    assert not accelerator_verdict("cpu", 0, 8, "12.8").ok
+    assert not accelerator_verdict("cuda", 0, 0, "12.8").ok
+
+
+def test_import_fixes_name_the_cure():
+    assert "pip uninstall -y torchvision torchaudio torchcodec" in import_fix(
+        "transformers", "RuntimeError('operator torchvision::nms does not exist')")
+    assert "install the recipe with its gpu (or cpu) extra" in import_fix("vllm", "ModuleNotFoundError(\"No module named 'vllm'\")")
+    assert "math extra" in import_fix("math_verify", "ModuleNotFoundError(\"No module named 'math_verify'\")")
+    assert "latex2sympy2_extended is missing, which math_verify needs" in import_fix(
+        "math_verify", "ModuleNotFoundError(\"No module named 'latex2sympy2_extended'\")")
