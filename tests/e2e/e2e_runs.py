@@ -34,19 +34,24 @@ SHARED_RUN = (
 TRAINERS = {"classic": ("trainer.use_v1=false",), "v1": ("trainer.use_v1=true",)}
 
 
-def run_default_script(work_dir: Path, assets: dict, *overrides: str, timeout: int = 840) -> subprocess.CompletedProcess:
-    env = dict(
+def default_script_env(work_dir: Path, assets: dict, python: str = sys.executable) -> dict:
+    """The environment `scripts/run_dapo_cpu.sh` runs in: the session's default inputs, ``python`` as PYTHON."""
+    return dict(
         os.environ,
-        PYTHON=sys.executable,
+        PYTHON=str(python),
         WORK_DIR=str(work_dir),
         MODEL_PATH=assets["model_path"],
         TRAIN_FILE=assets["train_file"],
         VAL_FILE=assets["val_file"],
     )
+
+
+def run_default_script(work_dir: Path, assets: dict, *overrides: str, timeout: int = 840,
+                       python: str = sys.executable) -> subprocess.CompletedProcess:
     work_dir.mkdir(parents=True, exist_ok=True)
     completed = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
-        env=env,
+        env=default_script_env(work_dir, assets, python),
         capture_output=True,
         text=True,
         timeout=timeout,
