@@ -82,10 +82,8 @@ def overlay_python(tmp_path_factory) -> str:
     assert f"verl {VERL} (setup range check: supported)" in output, output[-2000:]
     python = venv / "bin" / "python"
     # verl's package itself (not only its metadata) comes from the overlay; everything else from the main environment.
-    where = subprocess.run(
-        [str(python), "-c", "import importlib.util as u; print(u.find_spec('verl').origin, u.find_spec('torch').origin)"],
-        env=overlay_env(), capture_output=True, text=True, timeout=120,
-    )
+    code = "import importlib.util as u; print(u.find_spec('verl').origin, u.find_spec('torch').origin)"
+    where = subprocess.run([str(python), "-c", code], env=overlay_env(), capture_output=True, text=True, timeout=120)
     verl_origin, torch_origin = where.stdout.split()
     assert verl_origin.startswith(str(venv)), verl_origin
     assert not torch_origin.startswith(str(venv)), torch_origin
@@ -132,6 +130,10 @@ def test_two_steps_train_on_verl_090_with_the_dapo_loss_and_the_recipes_reward_m
     )
     output = completed.stdout + completed.stderr
     assert "trainers.classic.trainer.RayDAPOTrainer (" in output  # the start-up line names the trainer
+    # The driver, the task runner and the workers imported the overlay's verl: its warnings name their files.
+    overlay_verl = f"{next(Path(overlay_python).parents[1].glob('lib/python*/site-packages/verl'))}/"
+    log = (work_dir / "recipe_dapo" / "dapo_cpu.log").read_text()
+    assert overlay_verl + "trainer/ppo/ray_trainer.py" in log and overlay_verl + "workers/" in log, log[-3000:]
     steps = logged_steps(work_dir)
     assert [step for step in sorted(steps) if step > 0] == [1, 2]
     for step in (1, 2):
