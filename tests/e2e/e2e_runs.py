@@ -35,16 +35,24 @@ SHARED_RUN = (
 TRAINERS = {"classic": ("trainer.use_v1=false",), "v1": ("trainer.use_v1=true",)}
 
 
-def script_env(work_dir: Path, assets: dict) -> dict:
-    return dict(os.environ, PYTHON=sys.executable, WORK_DIR=str(work_dir), MODEL_PATH=assets["model_path"],
-                TRAIN_FILE=assets["train_file"], VAL_FILE=assets["val_file"])
+def default_script_env(work_dir: Path, assets: dict, python: str = sys.executable) -> dict:
+    """The environment `scripts/run_dapo_cpu.sh` runs in: the session's default inputs, ``python`` as PYTHON."""
+    return dict(
+        os.environ,
+        PYTHON=str(python),
+        WORK_DIR=str(work_dir),
+        MODEL_PATH=assets["model_path"],
+        TRAIN_FILE=assets["train_file"],
+        VAL_FILE=assets["val_file"],
+    )
 
 
-def run_default_script(work_dir: Path, assets: dict, *overrides: str, timeout: int = 840) -> subprocess.CompletedProcess:
+def run_default_script(work_dir: Path, assets: dict, *overrides: str, timeout: int = 840,
+                       python: str = sys.executable) -> subprocess.CompletedProcess:
     work_dir.mkdir(parents=True, exist_ok=True)
     completed = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
-        env=script_env(work_dir, assets),
+        env=default_script_env(work_dir, assets, python),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -63,7 +71,7 @@ class Launch:
         self.log = work_dir / log_name
         with open(self.log, "w") as out:
             self.process = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
-                                            env=script_env(work_dir, assets), stdout=out, stderr=subprocess.STDOUT,
+                                            env=default_script_env(work_dir, assets), stdout=out, stderr=subprocess.STDOUT,
                                             text=True)
 
     def console(self) -> str:
