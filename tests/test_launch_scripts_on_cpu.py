@@ -328,8 +328,8 @@ def test_ray_submit_sends_the_same_overrides_with_the_runtime_env(launch_env, tm
     runtime_env = yaml.safe_load(Path(options["--runtime-env"]).read_text())
     assert runtime_env["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == "recipe_dapo.plugin"
     assert Path(options["--working-dir"]) == REPO_ROOT
-    # Ray runs the entrypoint through a shell: splitting it must give back exactly the local command.
-    entrypoint = shlex.split(args[args.index("--") + 1])
+    # The entrypoint as separate arguments (Ray quotes each for the shell on the head): exactly the local command.
+    entrypoint = args[args.index("--") + 1 :]
     local = overrides_of("dapo_qwen2.5_32b.sh", launch_env, "trainer.save_freq=10")
     assert entrypoint == ["python3", "-m", "recipe_dapo.main_dapo", *local]
 
@@ -353,7 +353,7 @@ def test_the_cpu_run_goes_to_the_cluster_as_a_job_writing_its_files_in_work_dir(
     assert runtime_env["env_vars"] == {
         **from_file["env_vars"], "VERL_FILE_LOGGER_ROOT": launch_env["WORK_DIR"], "EXTRA": "1"
     }
-    entrypoint = shlex.split(args[args.index("--") + 1])
+    entrypoint = args[args.index("--") + 1 :]
     local = overrides_of("run_dapo_cpu.sh", launch_env, "trainer.nnodes=2")
     assert entrypoint == ["python3", "-m", "recipe_dapo.main_dapo", *local]
 

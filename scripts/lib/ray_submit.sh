@@ -17,9 +17,9 @@ submit_ray_job() {
   : "${RAY_ADDRESS:=http://localhost:8265}" "${RUNTIME_ENV:=$ROOT/scripts/runtime_env.yaml}"
   : "${WORKING_DIR:=$ROOT}" "${JOB_PYTHON:=python3}" "${SUBMIT_NO_WAIT:=1}"
   [[ -f "$RUNTIME_ENV" ]] || { echo "ray job submit: RUNTIME_ENV=$RUNTIME_ENV is not a file" >&2; return 2; }
-  # Ray runs the entrypoint through a shell on the head node: quote every argument for it.
-  local entrypoint
-  entrypoint=$(printf '%q ' "$JOB_PYTHON" -m recipe_dapo.main_dapo "$@")
+  # The entrypoint goes as separate arguments after `--`: Ray quotes each one (shlex.join) for the shell that runs it
+  # on the head node (one pre-quoted string would reach that shell as a single word: "python3 -m ...: not found").
+  local entrypoint=("$JOB_PYTHON" -m recipe_dapo.main_dapo "$@")
   local submit=("$RAY" job submit --address "$RAY_ADDRESS" --working-dir "$WORKING_DIR")
   if [[ -n "${JOB_ENV:-}" ]]; then
     # --runtime-env and --runtime-env-json exclude each other: merge JOB_ENV into the file's env_vars here.
@@ -42,6 +42,6 @@ EOF
     submit+=(--runtime-env "$RUNTIME_ENV")
   fi
   [[ $SUBMIT_NO_WAIT != 1 ]] || submit+=(--no-wait)
-  echo "submitting to $RAY_ADDRESS: ${entrypoint% }" >&2
-  exec "${submit[@]}" -- "${entrypoint% }"
+  echo "submitting to $RAY_ADDRESS: ${entrypoint[*]}" >&2
+  exec "${submit[@]}" -- "${entrypoint[@]}"
 }

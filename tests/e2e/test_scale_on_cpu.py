@@ -70,6 +70,10 @@ NODE_RESOURCES = ("--num-cpus=16", "--num-gpus=1", f"--object-store-memory={256 
 # The main environment's entries that make the recipe importable (its editable install) or discoverable by verl
 # (its dist-info, which holds the `verl.plugins` entry point).
 RECIPE_ENTRIES = re.compile(r"^(recipe_dapo[-_.].*|__editable__[._]+recipe_dapo.*)$")
+# Ray 2.60's `ray start --head` turns token authentication on when ~/.ray/auth_token exists (any earlier local
+# ray.init() on this machine writes one), and then every client must send it; the test cluster (its dashboard on
+# 127.0.0.1, up for minutes) runs without, for the nodes, the job's processes and the clients here alike.
+RAY_AUTH = {"RAY_AUTH_MODE": "disabled"}
 # What the test's own environment sets that a cluster node would not have.
 NOT_ON_THE_CLUSTER = ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS", "VERL_USE_EXTERNAL_MODULES",
                       "VERL_USE_EXTERNAL_PLUGINS", "DAPO_CONSOLE_TAG", "DAPO_LOG_FILE", "VERL_FILE_LOGGER_ROOT")
@@ -101,7 +105,7 @@ def cluster_env(python: Path) -> dict[str, str]:
     it), and none of this test's settings that would make the recipe importable or change the run."""
     env = {key: value for key, value in os.environ.items() if key not in NOT_ON_THE_CLUSTER}
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env.update(RAY_USAGE_STATS_ENABLED="0", **RAY_AUTH)
     return env
 
 
@@ -158,11 +162,19 @@ class OperatorCluster:
         while True:
             for process, log in zip(self.processes, self.logs):
                 assert process.poll() is None, f"`ray start` exited ({process.returncode}):\n{log.read_text()[-3000:]}"
+            saved = {key: os.environ.get(key) for key in RAY_AUTH}
+            os.environ.update(RAY_AUTH)  # the state API's client reads it (and only here: restored below)
             try:
                 alive = [node for node in list_nodes(address=self.dashboard, raise_on_missing_output=False)
                          if node.state == "ALIVE"]
             except Exception:
                 alive = []
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
             if len(alive) >= count:
                 return {node.node_id: node.is_head_node for node in alive}
             assert time.monotonic() < deadline, f"{count} Ray node(s) not alive after {timeout:.0f} s"
@@ -216,6 +228,7 @@ def submit(work_dir: Path, assets: dict, cluster: OperatorCluster, *overrides: s
         VAL_FILE=assets["val_file"],
         RAY_ADDRESS=cluster.dashboard,
         SUBMIT_NO_WAIT="0",
+        **RAY_AUTH,
         **({"RUNTIME_ENV": str(runtime_env)} if runtime_env else {}),
     )
     work_dir.mkdir(parents=True, exist_ok=True)
