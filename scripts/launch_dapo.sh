@@ -25,7 +25,8 @@
 #              PYTHON (.venv/bin/python if present, else python3)
 #   cluster    NNODES, GPUS_PER_NODE (unset: the size's)
 #   ray submit RAY_ADDRESS (http://localhost:8265), RUNTIME_ENV (scripts/runtime_env.yaml), WORKING_DIR (this
-#              repository), JOB_PYTHON (python3 on the cluster), SUBMIT_NO_WAIT (1), RAY (ray)
+#              repository), JOB_PYTHON (python3 on the cluster), SUBMIT_NO_WAIT (1), RAY (ray), JOB_ENV
+#              (scripts/lib/ray_submit.sh)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -131,13 +132,8 @@ case $LAUNCH_MODE in
     exec "$PYTHON" -m recipe_dapo.main_dapo "${OVERRIDES[@]}"
     ;;
   ray)
-    : "${RAY:=ray}" "${RAY_ADDRESS:=http://localhost:8265}" "${RUNTIME_ENV:=$HERE/runtime_env.yaml}"
-    : "${WORKING_DIR:=$ROOT}" "${JOB_PYTHON:=python3}" "${SUBMIT_NO_WAIT:=1}"
-    # Ray runs the entrypoint through a shell on the head node: quote every argument for it.
-    entrypoint=$(printf '%q ' "$JOB_PYTHON" -m recipe_dapo.main_dapo "${OVERRIDES[@]}")
-    submit=("$RAY" job submit --address "$RAY_ADDRESS" --runtime-env "$RUNTIME_ENV" --working-dir "$WORKING_DIR")
-    [[ $SUBMIT_NO_WAIT != 1 ]] || submit+=(--no-wait)
-    exec "${submit[@]}" -- "${entrypoint% }"
+    source "$ROOT/scripts/lib/ray_submit.sh"
+    submit_ray_job "${OVERRIDES[@]}"
     ;;
   *) die "LAUNCH_MODE=$LAUNCH_MODE: use local or ray" ;;
 esac

@@ -18,6 +18,11 @@
 # Order:     a mistyped key or a refused setting is reported in ~2 s, before the default inputs are built.
 # Check:     DRY_RUN=1 bash scripts/run_dapo_cpu.sh   (composes the config and runs the start-up checks; builds
 #            nothing, starts nothing)
+# Ray job:   bash scripts/ray_job_submit.sh scripts/run_dapo_cpu.sh trainer.nnodes=2 trainer.n_gpus_per_node=1
+#            (LAUNCH_MODE=ray: the inputs are built here, then the run is sent to the Ray cluster at RAY_ADDRESS with
+#            this repository as its working directory (scripts/lib/ray_submit.sh); WORK_DIR and the inputs must be
+#            at the same paths on the cluster's nodes; the metrics and log files land in $WORK_DIR/recipe_dapo as in
+#            a local run)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -55,5 +60,13 @@ if [[ "$BUILD_ASSETS" == 1 ]]; then
   done <<< "$BUILT"
   overrides "$@"
 fi
-mkdir -p "$WORK_DIR" && cd "$WORK_DIR"
+mkdir -p "$WORK_DIR"
+if [[ "${LAUNCH_MODE:-local}" == ray ]]; then
+  # The job's processes start in the uploaded working directory: the metrics and log files go to $WORK_DIR as in a
+  # local run through the job's runtime environment (the driver and the worker that logs both read it).
+  JOB_ENV="VERL_FILE_LOGGER_ROOT=$WORK_DIR${JOB_ENV:+ $JOB_ENV}"
+  source "$ROOT/scripts/lib/ray_submit.sh"
+  submit_ray_job "${OVERRIDES[@]}"
+fi
+cd "$WORK_DIR"
 exec "$PYTHON" -m recipe_dapo.main_dapo "${OVERRIDES[@]}"

