@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
@@ -71,7 +72,11 @@ def test_this_environment_was_installed_offline_from_its_wheelhouse():
     assert record["pip_env"]["HTTPS_PROXY"] == record["pip_env"]["HTTP_PROXY"] == wheelhouse.DEAD_PROXY
 
     # What is installed here is what the wheelhouse held, at the same versions, less what the manifest removes.
-    installed = {wheelhouse.normalize(dist.metadata["Name"]): dist.version for dist in importlib.metadata.distributions()}
+    # Read from the environment's own site-packages: once anything imported setuptools, its vendored packages
+    # (setuptools/_vendor/*.dist-info: jaraco.*, inflect, ...) are on sys.path too, though pip installed none of them.
+    site_packages = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = {wheelhouse.normalize(dist.metadata["Name"]): dist.version
+                 for dist in importlib.metadata.distributions(path=site_packages)}
     held = {wheel["name"]: wheel["version"] for wheel in manifest["wheels"] if wheel["origin"] != "recipe"}
     removed = set(manifest["remove_after_install"]["packages"])
     venv_bootstrap = {"pip", "setuptools", "wheel"}  # `python -m venv` puts pip and setuptools there itself
