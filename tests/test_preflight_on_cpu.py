@@ -263,3 +263,22 @@ def test_options_the_chosen_trainer_honours_pass(data):
                        "trainer.v1.sampler.max_off_policy_threshold=2", "trainer.v1.colocate_async.num_warmup_batches=2"],
                       ["algorithm.filter_groups.max_num_gen_batches=3"]):
         assert check_config(compose_recipe_config(small_run(data, *overrides))).summary
+
+
+def test_seeded_rollouts_on_cpu_with_chunked_prefill_are_refused_and_platform_cpu_turns_it_off(data):
+    """vLLM rewinds a partly prefilled request's seeded generator with set_offset, which a CPU generator lacks: the
+    DP 1 scale run crashed there ("CPU Generator does not use offset") once a round's prompts outgrew the budget."""
+    from recipe_dapo.preflight import check_config
+
+    cpu = small_run(data, "platform=cpu", "trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+                    "dapo.cpu.kv_cache_gib=1")
+    config = compose_recipe_config(cpu)
+    assert config.dapo.seeded_rollouts and config.actor_rollout_ref.rollout.enable_chunked_prefill is False
+    report = check_config(config)
+    assert report is not None
+    message = refusal([*cpu, "actor_rollout_ref.rollout.enable_chunked_prefill=true"])
+    assert "enable_chunked_prefill=true with dapo.seeded_rollouts=true on CPU" in message
+    assert "set actor_rollout_ref.rollout.enable_chunked_prefill=false" in message
+    # Unseeded rollouts, or the v1 trainer (which does not seed them), may chunk prefills on CPU.
+    for other in ("dapo.seeded_rollouts=false", "trainer.use_v1=true"):
+        check_config(compose_recipe_config([*cpu, "actor_rollout_ref.rollout.enable_chunked_prefill=true", other]))

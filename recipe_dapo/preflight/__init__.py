@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.preflight.algorithm import rule_algorithm, rule_clip
 from recipe_dapo.preflight.base import CheckReport, DAPOConfigError, Rule
-from recipe_dapo.preflight.cluster import rule_batch_sizes, rule_cluster_shape, rule_cpu_memory
+from recipe_dapo.preflight.cluster import rule_batch_sizes, rule_cluster_shape, rule_cpu_memory, rule_cpu_seeded_prefill
 from recipe_dapo.preflight.inputs import rule_data_files, rule_model_path, rule_prompt_lengths
 from recipe_dapo.preflight.reward import rule_legacy_keys, rule_reward
 from recipe_dapo.preflight.sampling import rule_dynamic_sampling, rule_filter_metric, rule_prompt_keys
@@ -54,6 +54,7 @@ RULES: tuple[Rule, ...] = (
     rule_prompt_keys,
     rule_model_path,
     rule_cpu_memory,
+    rule_cpu_seeded_prefill,
 )
 VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_v1_installed, rule_verl_configs, rule_prompt_lengths)
 

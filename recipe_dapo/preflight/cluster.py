@@ -35,3 +35,21 @@ def rule_cpu_memory(config: DictConfig, report: CheckReport) -> Iterable[str]:
     problems: list[str] = []
     check_cpu_memory(config, problems)
     return problems
+
+
+def rule_cpu_seeded_prefill(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """On CPU, seeded rollouts need whole prefills: vLLM rewinds the seeded generator of a request it prefilled in
+    part (``set_offset``), which a CPU generator does not have, so the first round whose prompts exceed
+    ``max_num_batched_tokens`` would crash the rollout ("CPU Generator does not use offset")."""
+    if str(select(config, "trainer.device", "cuda")) != "cpu" or not select(config, "dapo.seeded_rollouts", False):
+        return
+    if select(config, "trainer.use_v1", False):  # the v1 trainer does not seed rollouts (trainers/v1/trainer.py)
+        return
+    if select(config, "actor_rollout_ref.rollout.enable_chunked_prefill", True):
+        yield (
+            "actor_rollout_ref.rollout.enable_chunked_prefill=true with dapo.seeded_rollouts=true on CPU "
+            "(trainer.device=cpu): vLLM rewinds a partly prefilled request's seeded generator with set_offset, which "
+            "a CPU generator does not have, and the rollout crashes on the first round whose prompts exceed "
+            "actor_rollout_ref.rollout.max_num_batched_tokens; set actor_rollout_ref.rollout.enable_chunked_prefill="
+            "false (platform=cpu does) or dapo.seeded_rollouts=false"
+        )
