@@ -43,8 +43,12 @@ def run(config: DictConfig) -> None:
     print(recipe_line(trainer.log_line()), flush=True)
     from verl.trainer.main_ppo import run_ppo
 
+    from recipe_dapo.trainers.nodes import CheckedOnEveryNode
+
+    # Every Ray node is asked whether `import verl` registers the recipe there, before the task runner starts.
+    runner = CheckedOnEveryNode(load(trainer.task_runner), enabled=config.dapo.preflight.check_worker_plugins)
     with preemption_guard(config):
-        run_ppo(config, task_runner_class=load(trainer.task_runner))
+        run_ppo(config, task_runner_class=runner)
 
 
 class preemption_guard:

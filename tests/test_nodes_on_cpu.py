@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from recipe_dapo.trainers.nodes import placement_summary, plugin_problems
 
 NODES = [
@@ -69,3 +71,40 @@ def test_placement_groups_ranks_and_replicas_by_node():
     assert placement_summary(["aa11", "aa11"], [(0, "aa11"), (0, "aa11")]) == {
         "aa11": {"actor_ranks": [0, 1], "rollout_replicas": [0]}
     }
+
+
+def test_the_driver_checks_every_node_before_the_task_runner_starts(monkeypatch):
+    """verl's run_ppo calls ``task_runner_class.remote()`` (or ``.options(...).remote()``): the node check runs
+    first and a refusal means no task runner was asked for; with the check off it is not run."""
+    from recipe_dapo.plugin import PluginNotLoadedError
+    from recipe_dapo.trainers import nodes
+
+    calls = []
+
+    class Runner:
+        def __init__(self, options=None):
+            self.options_given = options
+
+        def options(self, **options):
+            return Runner(options)
+
+        def remote(self, *args):
+            calls.append(("runner", self.options_given))
+            return "handle"
+
+    def check(where):
+        calls.append(("check", where))
+        if refuse:
+            raise PluginNotLoadedError("recipe_dapo is not registered on 1 of 2 Ray node(s)")
+
+    monkeypatch.setattr(nodes, "check_every_node", check)
+    refuse = True
+    with pytest.raises(PluginNotLoadedError):
+        nodes.CheckedOnEveryNode(Runner()).remote()
+    assert calls == [("check", "the driver, before the task runner starts")]
+    refuse, calls[:] = False, []
+    assert nodes.CheckedOnEveryNode(Runner()).options(runtime_env={"nsight": {}}).remote() == "handle"
+    assert calls == [("check", "the driver, before the task runner starts"), ("runner", {"runtime_env": {"nsight": {}}})]
+    calls.clear()
+    nodes.CheckedOnEveryNode(Runner(), enabled=False).remote()
+    assert calls == [("runner", None)]

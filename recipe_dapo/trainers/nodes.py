@@ -3,9 +3,9 @@
 A multi-node run reaches the recipe on each node separately: installed there (the ``verl.plugins`` entry point), or
 shipped in the Ray job's runtime environment (``scripts/ray_job_submit.sh``, whose ``scripts/runtime_env.yaml``
 sets ``VERL_USE_EXTERNAL_MODULES=recipe_dapo.plugin``). A node without it starts verl's workers fine and fails much
-later ("unknown policy loss dapo", "unknown reward manager"), or trains with something else. So the task runner asks
-one fresh Ray worker on EVERY alive node, before any worker group starts, whether ``import verl`` registered the
-recipe there, and names each node that did not, with the fix.
+later ("unknown policy loss dapo", "unknown reward manager"), or trains with something else. So the driver asks one
+fresh Ray worker on EVERY alive node, once Ray is up and before the task runner starts (:class:`CheckedOnEveryNode`),
+whether ``import verl`` registered the recipe there, and names each node that did not, with the fix.
 
 The probe runs in a fresh process (``max_calls=1``: Ray's pooled workers may have imported the recipe already)
 and imports ``verl`` before anything of the recipe that registers, as verl's own workers do; only this module
@@ -127,6 +127,24 @@ def check_every_node(where: str, timeout_s: float = PROBE_TIMEOUT_S) -> list[dic
     # printed: verl's workers log at WARN, and this line is what a multi-node launch wants to see
     print(f"recipe_dapo is registered on every Ray node ({len(nodes)}): {', '.join(sorted(reports))}", flush=True)
     return list(reports.values())
+
+
+class CheckedOnEveryNode:
+    """A task runner class as verl's ``run_ppo`` starts it (``.remote()``, or ``.options(...).remote()``), with every
+    Ray node probed from the driver first: once ``run_ppo`` has joined or started the cluster and before the task
+    runner exists. Checked there, not in the task runner: unpickling the task runner imports verl's trainer, which on
+    a node without the recipe can fail before any check of the recipe's runs ("Unknown platform 'cpu'")."""
+
+    def __init__(self, runner_class: Any, enabled: bool = True):
+        self.runner_class, self.enabled = runner_class, enabled
+
+    def options(self, **options: Any) -> "CheckedOnEveryNode":
+        return CheckedOnEveryNode(self.runner_class.options(**options), self.enabled)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        if self.enabled:
+            check_every_node(where="the driver, before the task runner starts")
+        return self.runner_class.remote(*args, **kwargs)
 
 
 def _first_line(exc: BaseException) -> str:

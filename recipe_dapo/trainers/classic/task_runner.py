@@ -15,14 +15,13 @@ from omegaconf import DictConfig, OmegaConf
 
 # Before any verl module: importing verl's trainer asks verl for its platform, and on a node where `import verl` did
 # not load the recipe (no entry point, no VERL_USE_EXTERNAL_MODULES) `VERL_PLATFORM=cpu` would be an unknown platform
-# and this actor would die importing, before the start-up check below can name the nodes that lack the recipe.
+# and this actor would die importing (the driver's check of every node ran before: trainers/nodes.py).
 from recipe_dapo.plugin import check_plugins_registered  # noqa: I001  (registers the CPU platform and the hooks)
 
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
-from recipe_dapo.trainers.nodes import check_every_node
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +42,6 @@ class DAPOTaskRunner(BaseTaskRunner):
             # verl swallows plugin import errors at DEBUG level; a Ray worker without our plugins would
             # silently train with the wrong loss or fail much later with "unknown reward manager".
             check_plugins_registered(where="a Ray worker (the task runner)")
-            check_every_node(where="the task runner")  # and a fresh worker on every Ray node (trainers/nodes.py)
         OmegaConf.resolve(config)
 
         actor_rollout_cls, worker_group_cls = self.add_actor_rollout_worker(config)

@@ -11,7 +11,6 @@ import ray
 from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.plugin import check_plugins_registered
-from recipe_dapo.trainers.nodes import check_every_node
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +32,6 @@ class DAPOTaskRunnerV1:
         logger.info("DAPO v1 task runner on %s (pid %d)", socket.gethostname(), os.getpid())
         if config.dapo.preflight.check_worker_plugins:
             check_plugins_registered(where="a Ray worker (the v1 task runner)")
-            check_every_node(where="the task runner")  # and a fresh worker on every Ray node (trainers/nodes.py)
         trainer_cls = get_trainer_cls(v1_entry(config.trainer.v1.trainer_mode).registered_name)
         config.transfer_queue.enable = True
         OmegaConf.resolve(config)
