@@ -103,6 +103,12 @@ NOISE: tuple[Noise, ...] = (
         "an optional CPU kernel backend",
     ),
     Noise(
+        r"This model does not officially support disabling chunked prefill",
+        "vllm.engine.arg_utils, logger.warning when enable_chunked_prefill=false",
+        "platform=cpu turns chunked prefill off on purpose (seeded rollouts on CPU need whole prefills: "
+        "config/platform/cpu.yaml); checked by the CPU runs, whose seeded rollouts match across replicas",
+    ),
+    Noise(
         r"sleep mode is not supported on CPU",
         "vllm.v1.worker.cpu_worker, logger.warning",
         "platform/cpu.yaml turns sleep mode off; verl still calls sleep/wake",
