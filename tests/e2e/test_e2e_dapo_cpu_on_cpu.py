@@ -99,8 +99,9 @@ def test_console_shows_short_step_lines_a_summary_and_no_known_noise(trained_run
     kept = full_log.read_text()
     for noise in ("engine is not available", "test_gen_batch meta info", "NUMA affinity", "disabling chunked prefill"):
         assert noise not in log, noise
-    for noise in ("engine is not available", "NUMA affinity", "disabling chunked prefill"):  # printed by both trainers' runs (the meta-info
-        assert noise in kept, noise  # line only by the classic trainer's validation): kept in the log file
+    # Printed by both trainers' runs (the meta-info line only by the classic trainer's validation): kept in the log file.
+    for noise in ("engine is not available", "NUMA affinity", "disabling chunked prefill"):
+        assert noise in kept, noise
 
 
 def test_training_changed_the_policy_weights(trained_run, default_assets):
