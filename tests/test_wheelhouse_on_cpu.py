@@ -2,8 +2,8 @@
 (``recipe_dapo.install_check``).
 
 The offline install itself is tested by every install: ``scripts/install_cpu.sh`` downloads the wheels into a
-wheelhouse, then installs from it with pip's ``--no-index``, no pip configuration and a dead proxy, and runs the
-installation check; it leaves ``<venv>/recipe_dapo_wheelhouse.json``. ``test_this_environment_was_installed_offline_from_its_wheelhouse``
+wheelhouse, then installs from it with uv's (or, without uv, pip's) ``--no-index``, no configuration and a dead
+proxy, and runs the installation check; it leaves ``<venv>/recipe_dapo_wheelhouse.json``. ``test_this_environment_was_installed_offline_from_its_wheelhouse``
 reads that record for the environment running the tests (CI's, freshly installed) and compares it with what is
 installed. The rest is fast: the sdist fallback of the download on a real pip with a local folder as its only
 index, the command line's refusals, and the pure helpers. Wall time: about 25 s on the 2-core machine (60-95 s when
@@ -63,13 +63,26 @@ def _pinned(constraints: Path) -> dict:
 def test_this_environment_was_installed_offline_from_its_wheelhouse():
     record = _record()
     manifest = record["manifest"]
-    command = record["pip_command"]
-    # pip had the wheelhouse and nothing else: no index, no other find-links, no configuration, no network.
-    assert {"--no-index", "--isolated"} <= set(command), command
+    installer, command, env = record["installer"], record["install_command"], record["install_env"]
+    # The installer had the wheelhouse and nothing else: no index, no other find-links, no configuration, no network.
+    assert "--no-index" in command, command
     assert command.count("--find-links") == 1 and command[command.index("--find-links") + 1] == record["wheelhouse"]
     assert not [arg for arg in command if "index-url" in arg], command
-    assert record["pip_env"]["PIP_CONFIG_FILE"] == os.devnull and record["pip_env"]["PIP_NO_INDEX"] == "1"
-    assert record["pip_env"]["HTTPS_PROXY"] == record["pip_env"]["HTTP_PROXY"] == wheelhouse.DEAD_PROXY
+    assert env["PIP_CONFIG_FILE"] == os.devnull and env["PIP_NO_INDEX"] == "1"
+    assert env["HTTPS_PROXY"] == env["HTTP_PROXY"] == wheelhouse.DEAD_PROXY
+    held_uv = [wheel for wheel in manifest["wheels"] if wheel["name"] == "uv"]
+    if installer == "uv":  # uv, put into this environment from the wheelhouse, offline, with no uv configuration
+        bin_dir = (Path(sys.prefix) / "bin").resolve()
+        assert Path(command[0]).parent.resolve() == bin_dir and command[1:3] == ["pip", "install"], command
+        assert "--offline" in command and Path(command[command.index("--python") + 1]).parent.resolve() == bin_dir
+        assert env["UV_NO_CONFIG"] == "1" and {key for key in env if key.startswith("UV_")} == {"UV_NO_CONFIG",
+                                                                                               "UV_CACHE_DIR"}
+        assert not Path(env["UV_CACHE_DIR"]).exists()  # a temporary cache, removed after the install
+        assert record["uv_fallback"] is None and held_uv
+    else:
+        assert installer == "pip" and command[1:4] == ["-m", "pip", "install"] and "--isolated" in command, command
+        # pip only where uv was turned off (WHEELHOUSE_INSTALLER=pip) or the record says why uv did not install
+        assert record["installer_choice"] == "pip" or record["uv_fallback"], record["uv_fallback"]
 
     # What is installed here is what the wheelhouse held, at the same versions, less what the manifest removes.
     # Read from the environment's own site-packages: once anything imported setuptools, its vendored packages
@@ -83,7 +96,7 @@ def test_this_environment_was_installed_offline_from_its_wheelhouse():
     not_from_wheelhouse = {name: version for name, version in installed.items()
                            if name != "recipe-dapo" and held.get(name) != version and name not in venv_bootstrap}
     assert not not_from_wheelhouse, f"installed but not from the wheelhouse: {not_from_wheelhouse}"
-    build_only = set(wheelhouse.BUILD_BACKEND)
+    build_only = set(wheelhouse.BUILD_BACKEND) | (set(wheelhouse.INSTALLER) if installer == "pip" else set())
     not_installed = sorted(set(held) - set(installed) - removed - build_only)
     assert not not_installed, f"in the wheelhouse but not installed: {not_installed}"
     assert removed == {"torchvision", "torchaudio", "torchcodec"} and not removed & set(installed)
@@ -316,6 +329,21 @@ def test_install_refuses_missing_or_altered_wheels(tmp_path):
     assert "wheelhouse.json is not valid JSON" in _cli("install", folder).stderr
 
 
+def test_a_wheelhouse_without_uv_is_installed_with_pip_and_the_record_says_why(tmp_path):
+    folder = _house(tmp_path)  # as built before uv was added: the recipe's wheel only
+    env = dict(os.environ, WHEELHOUSE_INSTALLER="uv")
+    result = _cli("install", folder, "--venv", tmp_path / "venv", "--python-bin", sys.executable, env=env)
+    assert result.returncode == 1
+    assert "WHEELHOUSE_INSTALLER=uv, but the wheelhouse holds no uv wheel" in result.stderr, result.stderr
+    env["WHEELHOUSE_INSTALLER"] = "auto"
+    result = _cli("install", folder, "--venv", tmp_path / "venv", env=env)
+    assert "wheelhouse: installing with pip: the wheelhouse holds no uv wheel" in result.stdout, result.stdout
+    record = json.loads((tmp_path / "venv" / wheelhouse.RECORD).read_text())  # the check fails: a stub recipe
+    assert record["installer"] == "pip" and record["uv_fallback"].startswith("the wheelhouse holds no uv wheel")
+    assert record["install_command"][1:4] == ["-m", "pip", "install"] and "--no-index" in record["install_command"]
+    assert not list((tmp_path / "venv").glob(".uv-cache-*"))
+
+
 # ------------------------------------------------------------------------------------------------ pure helpers
 
 
@@ -386,6 +414,13 @@ def test_offline_pip_environment_has_no_configuration_index_or_network(monkeypat
     assert "PIP_FIND_LINKS" not in env and "PIP_INDEX_URL" not in env
     assert env["PIP_CONFIG_FILE"] == os.devnull and env["PIP_NO_INDEX"] == "1"
     assert env["https_proxy"] == env["HTTPS_PROXY"] == wheelhouse.DEAD_PROXY
+    monkeypatch.setenv("UV_INDEX_URL", "https://example.invalid/simple")
+    uv_env = wheelhouse.offline_uv_env(wheelhouse.offline_pip_env(), Path("/tmp/cache"))
+    assert "UV_INDEX_URL" not in uv_env and uv_env["UV_NO_CONFIG"] == "1" and uv_env["UV_CACHE_DIR"] == "/tmp/cache"
+    assert uv_env["HTTPS_PROXY"] == wheelhouse.DEAD_PROXY and uv_env["PIP_NO_INDEX"] == "1"
+    assert [wheelhouse.installer_choice(value) for value in (None, "", "UV", "pip")] == ["auto", "auto", "uv", "pip"]
+    with pytest.raises(wheelhouse.WheelhouseError, match="WHEELHOUSE_INSTALLER='conda': use auto"):
+        wheelhouse.installer_choice("conda")
 
 
 # ------------------------------------------------------------------------------------------------ install check

