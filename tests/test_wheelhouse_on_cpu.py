@@ -74,6 +74,7 @@ def test_this_environment_was_installed_offline_from_its_wheelhouse():
     if installer == "uv":  # uv, put into this environment from the wheelhouse, offline, with no uv configuration
         bin_dir = (Path(sys.prefix) / "bin").resolve()
         assert Path(command[0]).parent.resolve() == bin_dir and command[1:3] == ["pip", "install"], command
+        assert "--compile-bytecode" in command  # as pip does: with PYTHONDONTWRITEBYTECODE=1 nothing else would
         assert "--offline" in command and Path(command[command.index("--python") + 1]).parent.resolve() == bin_dir
         assert env["UV_NO_CONFIG"] == "1" and {key for key in env if key.startswith("UV_")} == {"UV_NO_CONFIG",
                                                                                                "UV_CACHE_DIR"}

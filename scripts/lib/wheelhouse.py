@@ -640,8 +640,11 @@ def install(args: argparse.Namespace) -> int:
                     output_tail(result.stdout, 12)
             else:
                 installer, install_env = "uv", offline_uv_env(env, cache)
+                # --compile-bytecode: pip compiles every module at install and uv does not; where
+                # PYTHONDONTWRITEBYTECODE=1 is set (this project's machines), nothing would ever be cached and every
+                # process of a run (Ray workers, vLLM's engine) would compile torch, vLLM and verl again at import.
                 command = [str(uv), "pip", "install", "--python", str(python), "--no-index", "--find-links",
-                           str(folder), "--offline", "--quiet", *target]
+                           str(folder), "--offline", "--compile-bytecode", "--quiet", *target]
         if uv_fallback and choice == "uv":
             raise WheelhouseError(f"{INSTALLER_ENV}=uv, but {uv_fallback}")
         print(f"wheelhouse: installing {RECIPE}[{extras}] from {folder} ({installer} --no-index, no network)",
