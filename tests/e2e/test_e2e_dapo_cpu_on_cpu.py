@@ -233,6 +233,7 @@ def test_sigterm_to_a_resumed_run_saves_the_state_the_uninterrupted_run_saved(cl
     saved = sorted(int(path.name.split("_")[-1]) for path in (signalled / "checkpoints").glob("global_step_*"))
     assert saved[0] == 1 and len(saved) == 2 and saved[1] in (3, 4), (saved, console[-4000:])
     step = saved[1]
+    assert (signalled / "checkpoints" / f"global_step_{step}" / "dapo_state.pt").exists()
     assert (signalled / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(step)
     assert f"stopped by SIGTERM; last checkpoint: {signalled / 'checkpoints' / f'global_step_{step}'}" in console
     assert "to resume: rerun the same command" in console
