@@ -29,7 +29,7 @@ def test_a_silent_arm_is_stopped_with_its_whole_process_tree(tmp_path):
     start = time.time()
     with pytest.raises(gpu_bench.ArmFailed, match="stalled: no output") as failure:
         gpu_bench.run_arm("hang", [sys.executable, "-c", HANGING_ARM], dict(os.environ), tmp_path,
-                          stall_after_s=6, time_limit_s=120)
+                          stall_after_s=3, time_limit_s=120)
     assert time.time() - start < 60
     log = (tmp_path / "train.log").read_text()
     child_pid = int(log.split("CHILD ")[1].split()[0])
@@ -44,7 +44,7 @@ def test_an_arm_over_its_time_limit_is_stopped_even_while_it_prints(tmp_path):
     chatty = "import time\nwhile True:\n    print('tick', flush=True); time.sleep(1)"
     with pytest.raises(gpu_bench.ArmFailed, match="arm-time-limit"):
         gpu_bench.run_arm("chatty", [sys.executable, "-c", chatty], dict(os.environ), tmp_path,
-                          stall_after_s=60, time_limit_s=8)
+                          stall_after_s=60, time_limit_s=4)
 
 
 def test_an_arm_that_finishes_is_loaded_from_its_metrics(tmp_path):

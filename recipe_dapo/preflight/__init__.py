@@ -68,13 +68,13 @@ def check_config(
     process settles its platform (``platform=cpu`` pins the CPU platform) and checks that the plugins registered.
     """
     report = CheckReport(absent_inputs_ok=absent_inputs_ok, dry_run=dry_run)
-    check_rules(config, report)
+    resolved = _resolved(config)  # once for both tiers (resolving verl's whole config is most of a check's time)
+    _raise_if_any(_run(RULES, resolved, report))
 
     from recipe_dapo.cpu.device import use_configured_device
     from recipe_dapo.plugin import check_plugins_registered
     from recipe_dapo.tracking.console import run_summary
 
-    resolved = _resolved(config)
     use_configured_device(config)
     check_plugins_registered(where=where)
     _raise_if_any(_run(VERL_RULES, resolved, report))
