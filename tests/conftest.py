@@ -80,6 +80,22 @@ def small_run(data_overrides, *extra) -> list[str]:
     ]
 
 
+def fresh_pythons(*runs: tuple[str, dict], timeout: float = 300) -> list[str]:
+    """Run each ``(code, env)`` in a fresh interpreter (``python -c code`` with exactly ``env``), all at once (each
+    mostly imports verl, one core's work: two at a time halve the wait on 2 cores); the last stdout line of each, in
+    order. A failing one fails the test with its stderr."""
+    import subprocess
+
+    started = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env) for code, env in runs]
+    lines = []
+    for process in started:
+        out, err = process.communicate(timeout=timeout)
+        assert process.returncode == 0, err[-3000:]
+        lines.append(out.strip().splitlines()[-1])
+    return lines
+
+
 def ray_runtime_env_as_verl_builds_it(config) -> dict:
     """The runtime env verl's run_ppo passes to ray.init: its defaults with ray_init.runtime_env on top."""
     from omegaconf import OmegaConf

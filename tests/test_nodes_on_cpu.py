@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
+from conftest import fresh_pythons
 from recipe_dapo.trainers.nodes import placement_summary, plugin_problems
 
 NODES = [
@@ -46,19 +44,21 @@ def test_the_probe_in_a_fresh_process_sees_what_import_verl_registered():
         "report = probe_this_process()\n"
         "print(report['missing'], report['plugin_loaded'])\n"
     )
-    def run(**env):
+    def env(**extra):
         import os
 
         environ = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}
-        environ.update(env, VERL_PLATFORM="cpu")
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=environ)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return result.stdout.strip().splitlines()[-1]
+        return dict(environ, **extra, VERL_PLATFORM="cpu")
 
-    assert run() == "[] True"
-    assert run(VERL_USE_EXTERNAL_PLUGINS="none") == "['recipe_dapo.plugin'] False"
-    # The job's runtime env (scripts/runtime_env.yaml) registers it without the entry point.
-    assert run(VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="recipe_dapo.plugin") == "[] True"
+    installed, bare, shipped = fresh_pythons(
+        (code, env()),
+        (code, env(VERL_USE_EXTERNAL_PLUGINS="none")),
+        # The job's runtime env (scripts/runtime_env.yaml) registers it without the entry point.
+        (code, env(VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="recipe_dapo.plugin")),
+    )
+    assert installed == "[] True"
+    assert bare == "['recipe_dapo.plugin'] False"
+    assert shipped == "[] True"
 
 
 def test_placement_groups_ranks_and_replicas_by_node():

@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import fresh_pythons
+
 
 def test_importing_verl_in_a_fresh_process_registers_loss_and_reward_manager():
     # Nothing from recipe_dapo is imported explicitly: only verl's entry-point discovery can register these.
@@ -33,14 +35,15 @@ def test_missing_component_names_what_is_missing_and_how_to_fix_it(monkeypatch):
     assert "reward_manager:recipe_dapo" in message and "a Ray worker" in message and "pip install -e ." in message
 
 
-def run_fresh(code: str, **env) -> str:
+def fresh_env(**env) -> dict:
     import os
 
     environ = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "RAY_RAYLET_PID", "VLLM_TARGET_DEVICE")}
-    environ.update(env)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=environ)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.strip().splitlines()[-1]
+    return dict(environ, **env)
+
+
+def run_fresh(code: str, **env) -> str:
+    return fresh_pythons((code, fresh_env(**env)))[0]
 
 
 MODULES_AFTER_IMPORT_VERL = "import sys, verl\nprint(' '.join(sorted(sys.modules)))\n"
@@ -61,8 +64,9 @@ LIGHT = {
 )
 def test_import_verl_with_the_plugin_loads_only_what_the_process_asked_for(env, cpu_platform):
     """The loss and reward manager wait for verl's registries; the CPU platform comes only where it is wanted."""
-    bare = set(run_fresh(MODULES_AFTER_IMPORT_VERL, VERL_USE_EXTERNAL_PLUGINS="none", **env).split())
-    added = set(run_fresh(MODULES_AFTER_IMPORT_VERL, **env).split()) - bare
+    bare, with_plugin = fresh_pythons((MODULES_AFTER_IMPORT_VERL, fresh_env(VERL_USE_EXTERNAL_PLUGINS="none", **env)),
+                                      (MODULES_AFTER_IMPORT_VERL, fresh_env(**env)))
+    added = set(with_plugin.split()) - set(bare.split())
     expected_cpu = {"recipe_dapo.cpu.platform", "recipe_dapo.cpu.compat"}
     assert added - expected_cpu == LIGHT
     assert (expected_cpu <= added) == cpu_platform
