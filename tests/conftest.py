@@ -89,10 +89,16 @@ def fresh_pythons(*runs: tuple[str, dict], timeout: float = 300) -> list[str]:
     started = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=env) for code, env in runs]
     lines = []
-    for process in started:
-        out, err = process.communicate(timeout=timeout)
-        assert process.returncode == 0, err[-3000:]
-        lines.append(out.strip().splitlines()[-1])
+    try:
+        for process in started:
+            out, err = process.communicate(timeout=timeout)
+            assert process.returncode == 0, err[-3000:]
+            lines.append(out.strip().splitlines()[-1])
+    finally:  # a failed or timed-out one leaves none of the others running
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
     return lines
 
 
