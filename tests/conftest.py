@@ -13,7 +13,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # The e2e suite's shared training runs, defined once for the session here: a session fixture imported into two test
 # modules would be two fixtures, each launching its run (tests/e2e/e2e_runs.py).
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
-from e2e_runs import classic_run, v1_run, verl_overlay  # noqa: E402,F401
+from e2e_runs import classic_run, shared_runs, shared_runs_read_by, v1_run, verl_overlay  # noqa: E402,F401
 
 
 def pytest_configure(config):
@@ -22,6 +22,22 @@ def pytest_configure(config):
         "e2e: multi-minute end-to-end runs (real Ray, vLLM, training); they live in tests/e2e and tests/gpu; "
         "`-m 'not e2e'` runs the unit tests alone",
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    """The e2e tests last (in their own order): the shared runs they read train in the background meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_runs_train_meanwhile(request):
+    """At the session's first test, the shared runs its e2e tests will read start training in the background
+    (tests/e2e/e2e_runs.py SharedRuns), one after the other, while the tests before them run."""
+    wanted = shared_runs_read_by(request.session.items)
+    if wanted:
+        runs = request.getfixturevalue("shared_runs")
+        for name in wanted:
+            runs.start(name)
 
 
 def _v1_trainer_supported() -> bool:

@@ -8,7 +8,8 @@ two-node DP 2 Ray job of tests/e2e/test_scale_on_cpu.py, on nodes whose environm
 and not the recipe (its DP 1 reference is ``classic_run``, on verl 0.9.1).
 
 The session fixtures are defined once, in tests/conftest.py (which imports them from here): a test module that imported
-them itself would get fixtures of its own, and launch the runs again.
+them itself would get fixtures of its own, and launch the runs again. ``classic_run`` and ``v1_run`` start at the
+session's first test and train in the background while the unit tests run (``SharedRuns``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -62,21 +65,6 @@ def default_script_env(work_dir: Path, assets: dict, python: str = sys.executabl
         TRAIN_FILE=assets["train_file"],
         VAL_FILE=assets["val_file"],
     )
-
-
-def run_default_script(work_dir: Path, assets: dict, *overrides: str, timeout: int = 840,
-                       python: str = sys.executable) -> subprocess.CompletedProcess:
-    work_dir.mkdir(parents=True, exist_ok=True)
-    completed = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
-        env=default_script_env(work_dir, assets, python),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    (work_dir / "run.log").write_text(completed.stdout + completed.stderr)
-    assert completed.returncode == 0, f"run failed, log tail:\n{(completed.stdout + completed.stderr)[-6000:]}"
-    return completed
 
 
 class Launch:
@@ -203,18 +191,90 @@ def checkpoint_differences(one: Path, other: Path) -> list[str]:
     return differing[:20] + ([f"... and {len(differing) - 20} more"] if len(differing) > 20 else [])
 
 
-@pytest.fixture(scope="session")
-def classic_run(tmp_path_factory, default_assets) -> tuple[Path, str]:
-    work_dir = tmp_path_factory.mktemp("e2e_classic")
-    completed = run_default_script(work_dir, default_assets, *TRAINERS["classic"], *SHARED_RUN)
-    return work_dir, completed.stdout + completed.stderr
+class SharedRuns:
+    """The session's shared runs (``classic_run``, ``v1_run``), each launched once, one after the other, in a
+    background thread. tests/conftest.py starts the ones the session's tests will read at its first test and runs the
+    e2e tests last, so they train while the unit tests run: a launch is mostly start-up, one process at a time, and
+    keeps 1.3 of the machine's 2 cores busy on average (a 98 s classic launch, sampled from /proc/stat). A fixture
+    asks for its run and waits for it; a run no test started early is launched when first asked for."""
+
+    def __init__(self, tmp_path_factory, assets: dict):
+        self._tmp_path_factory, self._assets = tmp_path_factory, assets
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shared-run")
+        self._runs: dict = {}
+        self._running: list[subprocess.Popen] = []
+
+    def start(self, name: str) -> None:
+        if name in self._runs:
+            return
+        work_dir = self._tmp_path_factory.mktemp(f"e2e_{name}")
+        # The environment and folder of this moment, in the main thread: not those of a unit test that monkeypatches
+        # os.environ or changes directory while the run waits for its turn.
+        env, cwd = default_script_env(work_dir, self._assets), os.getcwd()
+        self._runs[name] = self._pool.submit(self._launch, work_dir, env, cwd, (*TRAINERS[name], *SHARED_RUN))
+
+    def result(self, name: str) -> tuple[Path, str]:
+        """The run's folder and console output, once it ended; fails with the console's tail if the run failed."""
+        self.start(name)
+        work_dir, output, returncode = self._runs[name].result()
+        assert returncode == 0, f"the {name} run failed (exit {returncode}), log tail:\n{output[-6000:]}"
+        return work_dir, output
+
+    def _launch(self, work_dir: Path, env: dict, cwd: str, overrides: tuple, timeout: float = 840):
+        process = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides], env=env,
+                                   cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+        self._running.append(process)
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _end_group(process)
+            output = process.communicate()[0] + f"\n[the run was killed after {timeout:.0f} s]"
+        (work_dir / "run.log").write_text(output)
+        return work_dir, output, process.returncode
+
+    def close(self) -> None:
+        """At the session's end: runs not started are dropped, a run still training (no test read it: a session
+        stopped early) is killed with its Ray and vLLM processes."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in self._running:
+            if process.poll() is None:
+                _end_group(process)
+        self._pool.shutdown(wait=True)
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @pytest.fixture(scope="session")
-def v1_run(tmp_path_factory, default_assets) -> tuple[Path, str]:
-    work_dir = tmp_path_factory.mktemp("e2e_v1")
-    completed = run_default_script(work_dir, default_assets, *TRAINERS["v1"], *SHARED_RUN)
-    return work_dir, completed.stdout + completed.stderr
+def shared_runs(tmp_path_factory, default_assets):
+    runs = SharedRuns(tmp_path_factory, default_assets)
+    yield runs
+    runs.close()
+
+
+@pytest.fixture(scope="session")
+def classic_run(shared_runs) -> tuple[Path, str]:
+    return shared_runs.result("classic")
+
+
+@pytest.fixture(scope="session")
+def v1_run(shared_runs) -> tuple[Path, str]:
+    return shared_runs.result("v1")
+
+
+def shared_runs_read_by(items) -> list[str]:
+    """The shared runs the collected tests read (directly, or as a ``trained_run`` parameter), in launch order."""
+    wanted = set()
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        wanted.update(name for name in TRAINERS if f"{name}_run" in item.fixturenames
+                      or params.get("trained_run") == name)
+    return [name for name in TRAINERS if name in wanted]
 
 
 # The older verl release the recipe supports (setup.py), and pip's messages when it cannot reach the package index to
@@ -225,6 +285,16 @@ UNREACHABLE = re.compile(
     r"Name or service not known|Network is unreachable|ProxyError|ConnectTimeoutError|Read timed out|"
     r"Could not fetch URL|No route to host"
 )
+
+
+def site_packages(python: str | Path) -> Path:
+    """The site-packages folder (sysconfig's purelib) of the environment whose interpreter is ``python``."""
+    import sysconfig
+
+    if Path(python) == Path(sys.executable):
+        return Path(sysconfig.get_paths()["purelib"])
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout.strip())
 
 
 def overlay_env(**extra: str) -> dict:
@@ -238,7 +308,7 @@ class VerlOverlay:
 
     def __init__(self, python: Path | None = None, unreachable: str = ""):
         self.python, self.unreachable = python, unreachable
-        self.site = next(python.parents[1].glob("lib/python*/site-packages")) if python else None
+        self.site = site_packages(python) if python else None
 
     def python_or_skip(self) -> str:
         if self.python is None:

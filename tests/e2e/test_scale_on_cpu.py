@@ -65,7 +65,7 @@ import pytest
 import yaml
 
 # (classic_run, the DP 1 reference, and verl_overlay, the nodes' verl: session fixtures, tests/conftest.py)
-from e2e_runs import OLDER_VERL, REPO_ROOT, TRAINERS, logged_steps
+from e2e_runs import OLDER_VERL, REPO_ROOT, TRAINERS, logged_steps, site_packages
 
 pytestmark = [
     pytest.mark.e2e,
@@ -104,14 +104,10 @@ def verl_only_python(tmp_path_factory, verl_overlay) -> Path:
     """A Python environment with everything the main one has except the recipe, and verl 0.9.0 (the session's
     ``verl_overlay``) instead of the main verl where the package index was reachable: the cluster nodes'
     environment."""
-    import sysconfig
-
     venv = tmp_path_factory.mktemp("verl_only") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    base_site = Path(sysconfig.get_paths()["purelib"])
+    site, base_site = site_packages(python), site_packages(sys.executable)
     verl_from = verl_overlay.site or base_site
     hidden = []
     for entry in base_site.iterdir():
@@ -326,7 +322,7 @@ def test_the_cluster_environment_has_verl_but_not_the_recipe(verl_only_python, v
 def test_the_job_ran_on_the_nodes_verl_in_the_driver_and_the_workers(scale_job, verl_only_python):
     """The job's driver, task runner and workers imported the nodes' verl (0.9.0 where the session could fetch it):
     verl's warnings name their files, under the nodes' environment."""
-    site = next(verl_only_python.parents[1].glob("lib/python*/site-packages"))
+    site = site_packages(verl_only_python)
     assert "trainers.classic.trainer.RayDAPOTrainer (" in scale_job["output"]  # the start-up line names the trainer
     node_verl_dir = f"{site}/verl/"
     assert node_verl_dir + "trainer/ppo/ray_trainer.py" in scale_job["log"], scale_job["log"][-3000:]
