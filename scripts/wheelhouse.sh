@@ -18,7 +18,7 @@
 # `uv pip install --no-index --find-links DIR --offline` (pip's `--no-index --find-links DIR` when DIR has no uv, uv
 # fails, or WHEELHOUSE_INSTALLER=pip) with no pip/uv configuration and a dead proxy (nothing can reach a network),
 # removes what the manifest says, then runs
-# `python -m recipe_dapo.install_check` (vLLM imports, what verl sees, the recipe's plugins register; each failure
+# `python -m recipe_dapo.preflight.install` (vLLM imports, what verl sees, the recipe's plugins register; each failure
 # names its fix) and writes <venv>/recipe_dapo_wheelhouse.json. Exit status non-zero when anything failed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,5 +1,5 @@
 """The offline wheelhouse (``scripts/wheelhouse.sh``, ``scripts/lib/wheelhouse.py``) and the installation check
-(``recipe_dapo.install_check``).
+(``recipe_dapo.preflight.install``).
 
 The offline install itself is tested by every install: ``scripts/install_cpu.sh`` downloads the wheels into a
 wheelhouse, then installs from it with uv's (or, without uv, pip's) ``--no-index``, no configuration and a dead
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe_dapo.install_check import accelerator_verdict, import_fix
+from recipe_dapo.preflight.install import accelerator_verdict, import_fix
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "wheelhouse.sh"

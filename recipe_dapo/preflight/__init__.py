@@ -17,6 +17,9 @@ The rules run in two tiers:
 
 A new rule is a function ``rule(config, report) -> iterable of problem strings`` in its section's module, listed in
 one of the tuples below.
+
+Beside the rules, :mod:`recipe_dapo.preflight.install` checks an installed environment rather than a configuration
+(``python -m recipe_dapo.preflight.install``: verl's version, vLLM, transformers, the accelerator, the plugins).
 """
 
 from __future__ import annotations

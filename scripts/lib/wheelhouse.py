@@ -13,7 +13,7 @@ wheel with its version, origin and sha256. ``install`` checks the wheels against
 environment with pip, then everything else with ``uv pip install --no-index --find-links DIR --offline`` (pip's
 ``--no-index --find-links DIR`` where the wheelhouse has no uv, uv fails, or ``WHEELHOUSE_INSTALLER=pip``): no pip
 or uv configuration, no ``PIP_*``/``UV_*`` variables, a dead proxy: any attempt to reach a network fails. It removes
-what the manifest says, runs the recipe's installation check (``python -m recipe_dapo.install_check``) and writes
+what the manifest says, runs the recipe's installation check (``python -m recipe_dapo.preflight.install``) and writes
 what it did to ``<venv>/recipe_dapo_wheelhouse.json``.
 
 Standard library only: it runs on a build host or an air-gapped node before anything else is installed. The pure
@@ -686,7 +686,7 @@ def install(args: argparse.Namespace) -> int:
     if not args.editable:  # the installed wheel must be what is checked, not a checkout on the path
         check_env.pop("PYTHONPATH", None)
     t = time.time()
-    check = subprocess.run([str(python), "-m", "recipe_dapo.install_check", "--json", str(check_file)],
+    check = subprocess.run([str(python), "-m", "recipe_dapo.preflight.install", "--json", str(check_file)],
                            env=check_env, cwd=None if args.editable else tempfile.gettempdir())
     check_seconds = time.time() - t
     installed = subprocess.run(

@@ -1,6 +1,6 @@
 """Is this Python environment ready to run the recipe? The check after an install, on any node.
 
-    python -m recipe_dapo.install_check [--json PATH]
+    python -m recipe_dapo.preflight.install [--json PATH]
 
 One line per check, each failure with its fix; exit status 1 when any failed. ``scripts/wheelhouse.sh install`` and
 ``scripts/install_cpu.sh`` run it after installing; run it by hand on a node to see what it has. The checks:
@@ -152,7 +152,7 @@ def run_checks() -> List[Check]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe_dapo.install_check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m recipe_dapo.preflight.install", description=__doc__.split("\n")[0])
     parser.add_argument("--json", metavar="PATH", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     checks = run_checks()
