@@ -42,7 +42,6 @@ Run (about 3 minutes per arm and repeat on 2 cores):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -238,8 +237,9 @@ def run_arm(arm: str, repeat: int, args, assets: dict) -> dict:
             end_session(process.pid)
     if returncode != 0:
         raise RuntimeError(f"{arm} failed with exit status {returncode}; see {run_dir / 'train.log'}")
-    steps = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-    steps = [(int(entry["step"]), entry["data"]) for entry in steps if "timing_s/step" in entry.get("data", {})]
+    from recipe_dapo.tracking.run_log import read_metrics
+
+    steps = [(step, data) for step, data in sorted(read_metrics(metrics_file).items()) if "timing_s/step" in data]
     return summarize(arm, steps, args, peak[0], time.time() - start)
 
 
