@@ -75,9 +75,9 @@ def entry_points() -> list[tuple[str, str]]:
     tree = ast.parse((REPO_ROOT / "setup.py").read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg == "entry_points":
-            groups = ast.literal_eval(node.value)
-            return [tuple(item.split("=", 1)[1].strip().split(":") + [""])[:2]
-                    for items in groups.values() for item in items]
+            targets = [item.split("=", 1)[1].strip() for items in ast.literal_eval(node.value).values()
+                       for item in items]  # "name = module" or "name = module:function"
+            return [(module, function) for module, _, function in (target.partition(":") for target in targets)]
     raise AssertionError("setup.py declares no entry_points")
 
 

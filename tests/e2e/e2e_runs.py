@@ -69,15 +69,19 @@ def default_script_env(work_dir: Path, assets: dict, python: str = sys.executabl
 
 class Launch:
     """``scripts/run_dapo_cpu.sh`` running in the background (the script execs python: the process is the driver),
-    its console written to ``log``; for tests that act on a run while it trains (a signal, a killed engine)."""
+    its console written to ``log``: the shared runs (``SharedRuns``), and tests that act on a run while it trains (a
+    signal, a killed engine)."""
 
-    def __init__(self, work_dir: Path, assets: dict, *overrides: str, log_name: str = "run.log"):
+    def __init__(self, work_dir: Path, assets: dict, *overrides: str, log_name: str = "run.log",
+                 env: dict | None = None, cwd: str | None = None):
+        """``env``: the script's environment (default: ``default_script_env`` of this moment). The launch is a
+        process group of its own (the driver, Ray's GCS and raylet), which ``kill`` ends."""
         work_dir.mkdir(parents=True, exist_ok=True)
         self.log = work_dir / log_name
         with open(self.log, "w") as out:
             self.process = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
-                                            env=default_script_env(work_dir, assets), stdout=out, stderr=subprocess.STDOUT,
-                                            text=True)
+                                            env=env or default_script_env(work_dir, assets), cwd=cwd, stdout=out,
+                                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def console(self) -> str:
         return self.log.read_text(errors="replace")
@@ -94,6 +98,11 @@ class Launch:
         began = time.monotonic()
         returncode = self.process.wait(timeout=timeout)
         return returncode, time.monotonic() - began
+
+    def kill(self) -> None:
+        """Ends the launch with its Ray and vLLM processes (Ray's workers exit once the raylet is gone)."""
+        kill_group(self.process.pid)
+        self.process.wait()
 
     def descendants_named(self, fragment: str) -> list:
         """The driver's descendant processes (Ray's raylet and workers, vLLM's engine) whose name or command line
@@ -202,7 +211,7 @@ class SharedRuns:
         self._tmp_path_factory, self._assets = tmp_path_factory, assets
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shared-run")
         self._runs: dict = {}
-        self._running: list[subprocess.Popen] = []
+        self._launched: list[Launch] = []
 
     def start(self, name: str) -> None:
         if name in self._runs:
@@ -221,31 +230,31 @@ class SharedRuns:
         return work_dir, output
 
     def _launch(self, work_dir: Path, env: dict, cwd: str, overrides: tuple, timeout: float = 840):
-        process = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides], env=env,
-                                   cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   start_new_session=True)
-        self._running.append(process)
+        run = Launch(work_dir, self._assets, *overrides, env=env, cwd=cwd)
+        self._launched.append(run)
         try:
-            output, _ = process.communicate(timeout=timeout)
+            returncode, _ = run.end(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _end_group(process)
-            output = process.communicate()[0] + f"\n[the run was killed after {timeout:.0f} s]"
-        (work_dir / "run.log").write_text(output)
-        return work_dir, output, process.returncode
+            run.kill()
+            with open(run.log, "a") as log:
+                log.write(f"\n[the run was killed after {timeout:.0f} s]\n")
+            returncode = run.process.returncode
+        return work_dir, run.console(), returncode
 
     def close(self) -> None:
         """At the session's end: runs not started are dropped, a run still training (no test read it: a session
         stopped early) is killed with its Ray and vLLM processes."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-        for process in self._running:
-            if process.poll() is None:
-                _end_group(process)
+        for run in self._launched:
+            if run.process.poll() is None:
+                run.kill()
         self._pool.shutdown(wait=True)
 
 
-def _end_group(process: subprocess.Popen) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL to the process group ``pid`` leads (a launch, a Ray node), if any of it is left."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
 

@@ -65,7 +65,7 @@ import pytest
 import yaml
 
 # (classic_run, the DP 1 reference, and verl_overlay, the nodes' verl: session fixtures, tests/conftest.py)
-from e2e_runs import OLDER_VERL, REPO_ROOT, TRAINERS, logged_steps, site_packages
+from e2e_runs import OLDER_VERL, REPO_ROOT, TRAINERS, kill_group, logged_steps, site_packages
 
 pytestmark = [
     pytest.mark.e2e,
@@ -211,10 +211,7 @@ class OperatorCluster:
                 process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 pass
-            try:  # and whatever of the node's process group outlived it
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(process.pid)  # and whatever of the node's process group outlived it
         # Any process of this cluster that left the group: Ray's processes name the cluster's temp dir (unique to
         # this test) on their command lines.
         for pid in self.cluster_pids():
