@@ -74,11 +74,33 @@ def test_v1_trainer_in_sync_and_colocate_async_modes_passes_and_the_log_says_whi
     )
 
 
-def test_metric_reward_is_accepted_like_the_sampler_accepts_it(data):
+@pytest.mark.parametrize("metric", ["reward", "seq_reward", "seq_final_reward", "overlong_reward"])
+def test_filtering_on_a_score_the_overlong_punishment_shapes_is_refused_in_one_line_naming_the_fix(data, metric):
+    """With the punishment on (the recipe's default), all-correct groups differing only in length have a spread on
+    these metrics. Positive control: the same metric passes with the punishment off, or with the explicit knob, and
+    ``acc`` (the recipe's default) passes with the punishment on, so the rule keys on exactly the combination."""
     from recipe_dapo.preflight import check_config
 
-    config = compose_recipe_config(small_run(data, "algorithm.filter_groups.metric=reward"))
-    assert check_config(config).summary["dynamic sampling"] is True
+    message = refusal(small_run(data, f"algorithm.filter_groups.metric={metric}"))
+    problems = [line for line in message.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 1, message
+    assert f"algorithm.filter_groups.metric={metric} filters on the score shaped by the overlong punishment" in problems[0]
+    assert "set algorithm.filter_groups.metric=acc" in problems[0]
+    assert "dapo.dynamic_sampling.allow_shaped_filter_metric=true" in problems[0]
+    for allowed in ("reward.reward_kwargs.overlong_buffer_cfg.enable=false",
+                    "dapo.dynamic_sampling.allow_shaped_filter_metric=true"):
+        config = compose_recipe_config(small_run(data, f"algorithm.filter_groups.metric={metric}", allowed))
+        assert check_config(config).summary["dynamic sampling"] is True
+    assert check_config(compose_recipe_config(small_run(data))).summary["dynamic sampling"] is True
+
+
+def test_the_shaped_metric_refusal_is_a_recipe_rule_that_runs_before_verl_is_imported():
+    """The rule needs only the composed config: tier 1 (``check_rules``), so a dry run refuses it in seconds."""
+    from recipe_dapo.preflight import DAPOConfigError, check_rules
+
+    config = compose_recipe_config(["algorithm.filter_groups.metric=reward", "dapo.paths.data_dir=/nowhere"])
+    with pytest.raises(DAPOConfigError, match="algorithm.filter_groups.metric=reward filters on the score shaped"):
+        check_rules(config)
 
 
 def test_every_problem_of_the_recipes_rules_is_listed_once_in_one_refusal(data):

@@ -150,6 +150,11 @@ class DynamicSamplingSettings:
     keep_rule_args: Dict[str, Any] = field(default_factory=dict)
     """The rule's parameters, e.g. ``{low: 0.2, high: 0.8}`` for ``band`` (its defaults) or ``{min_std: 0.3}``."""
 
+    allow_shaped_filter_metric: bool = False
+    """Allow ``algorithm.filter_groups.metric`` to be a shaped score (``reward``, ``seq_reward``, ``seq_final_reward``,
+    ``overlong_reward``) while the overlong punishment is on. Refused by default: on the shaped score a group whose
+    answers are all right but differ in length has a spread and is trained on length alone (DAPO filters on ``acc``)."""
+
     skip: SkipSettings = field(default_factory=SkipSettings)
     """Pre-rollout skipping of prompts whose recent groups predict that the next will not qualify (off by default)."""
 

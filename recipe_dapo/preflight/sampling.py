@@ -1,5 +1,5 @@
 """Rules of dynamic sampling: the sampler's settings (keep rule, skipping, budget), a filter metric every response
-has, and prompt ids for skipping."""
+has and that the overlong punishment does not shape, and prompt ids for skipping."""
 
 from __future__ import annotations
 
@@ -45,11 +45,13 @@ def rule_dynamic_sampling(config: DictConfig, report: CheckReport) -> Iterable[s
 
 
 def rule_filter_metric(config: DictConfig, report: CheckReport) -> Iterable[str]:
-    """The filter metric must be a number every response has: a summed reward, or a key the manager reports."""
+    """The filter metric must be a number every response has: a summed reward, or a key the manager reports; and not
+    a score shaped by the overlong punishment (:func:`rule_shaped_filter_metric`)."""
     from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
 
     if not select(config, "algorithm.filter_groups.enable", False):
         return
+    yield from rule_shaped_filter_metric(config, report)
     metric = select(config, "algorithm.filter_groups.metric")
     manager = str(select(config, "reward.reward_manager.name"))
     known = reward_extra_info_keys(manager)
@@ -61,6 +63,33 @@ def rule_filter_metric(config: DictConfig, report: CheckReport) -> Iterable[str]
             f"algorithm.filter_groups.metric={metric!r} is not a numeric metric reward manager {manager!r} "
             f"reports; choose one of {closest_first(metric, numeric)}"
         )
+
+
+SHAPED_METRICS = ("reward", "seq_reward", "seq_final_reward", "overlong_reward")
+"""Filter metrics that carry the overlong punishment: the summed reward tensors (correctness plus the length penalty)
+and the penalty itself. ``acc`` and ``score`` are the answer's correctness alone."""
+
+
+def rule_shaped_filter_metric(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """Filtering on a score that the overlong punishment shapes keeps groups that differ only in length.
+
+    verl 0.9.1 changed ``algorithm.filter_groups.metric``'s default from none to ``reward``; the recipe sets ``acc``,
+    and this refuses a shaped metric named on the command line unless
+    ``dapo.dynamic_sampling.allow_shaped_filter_metric=true``.
+    """
+    if not select(config, "algorithm.filter_groups.enable", False):
+        return
+    metric = select(config, "algorithm.filter_groups.metric")
+    buffer = "reward.reward_kwargs.overlong_buffer_cfg"
+    shaped = bool(select(config, f"{buffer}.enable", False)) and float(select(config, f"{buffer}.penalty_factor", 1.0) or 0) > 0
+    if metric not in SHAPED_METRICS or not shaped or select(config, "dapo.dynamic_sampling.allow_shaped_filter_metric", False):
+        return
+    yield (
+        f"algorithm.filter_groups.metric={metric} filters on the score shaped by the overlong punishment "
+        f"({buffer}.enable=true): a group whose answers are all right but differ in length would qualify and be "
+        "trained on length alone; set algorithm.filter_groups.metric=acc (DAPO's choice), or "
+        "dapo.dynamic_sampling.allow_shaped_filter_metric=true to filter on it anyway"
+    )
 
 
 def rule_prompt_keys(config: DictConfig, report: CheckReport) -> Iterable[str]:
