@@ -20,17 +20,20 @@ from omegaconf import OmegaConf
 from ray._private.worker import print_worker_logs
 
 from recipe_dapo.tracking.noise import (
+    HEARTBEAT_S,
     NOISE,
+    STARTUP_PHASES,
     TAG,
     ConsoleRouter,
     LogFile,
     RoutedStream,
     level_of,
     log_file_path,
+    hydra_shows_instead_of_running,
     recipe_line,
 )
 from recipe_dapo.trainers.table import TRAINERS
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, compose_recipe_config
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "console_cpu_run.txt"
 
@@ -109,7 +112,10 @@ def test_a_real_cpu_runs_console_is_the_recipes_lines_and_its_log_file_every_lin
             expected.append(plain.split("][INFO] - ", 1)[1])
         elif "DAPO training steps:" in plain:
             expected.append(re.sub(r"^\(DAPOTaskRunner pid=\d+\) ", "", plain))  # Ray's prefix removed
-    assert console == expected
+    # Besides those, one line per start-up phase (test_start_up_names_each_phase_and_is_never_silent_for_long).
+    phases = [line for line in console if line.startswith("start-up, ")]
+    assert len(phases) == len(STARTUP_PHASES), phases
+    assert [line for line in console if not line.startswith("start-up, ")] == expected
     text = "\n".join(console)
     for noise in ISSUE_28_NOISE:
         assert noise in "\n".join(line for _, line in lines), f"the recorded run no longer prints {noise!r}"
@@ -306,3 +312,140 @@ def test_a_refusal_before_the_run_is_named_leaves_no_stray_log_file(tmp_path, mo
     log_file.close()
     assert log_file.path == str(tmp_path / f"recipe_dapo-{os.getpid()}.log")
     assert "Platform override" in open(log_file.path).read()
+
+
+# -------------------------------------------------------------------------------------------------- start-up
+
+_CLOCK = re.compile(r"(?:\d{4}-\d\d-\d\d |\d\d-\d\d |[IWEF]\d{4} )(\d\d):(\d\d):(\d\d)")
+
+
+def timed_replay(lines, phases=STARTUP_PHASES, heartbeat=True) -> list[tuple[float, str]]:
+    """(seconds, console line) for ``lines`` replayed at the times their own timestamps give (a line without one
+    comes with the line before it), the heartbeat asked once a second as the driver's thread asks it."""
+    now = [0.0]
+    router = ConsoleRouter(clock=lambda: now[0])
+    router._phases = [(re.compile(phase.pattern), phase) for phase in phases]
+    console = io.StringIO()
+    streams = {False: RoutedStream(console, router, LogFile(), False),
+               True: RoutedStream(console, router, LogFile(), True)}
+    shown, start = [], None
+    for is_stderr, line in lines:
+        stamp = _CLOCK.search(ANSI.sub("", line))
+        if stamp:
+            seconds = int(stamp[1]) * 3600 + int(stamp[2]) * 60 + int(stamp[3])
+            start = seconds if start is None else start
+            while now[0] + 1 <= seconds - start:
+                now[0] += 1
+                beat = router.heartbeat() if heartbeat else None
+                if beat:
+                    shown.append((now[0], beat))
+            now[0] = max(now[0], seconds - start)
+        before = len(console.getvalue())
+        streams[is_stderr].write(line + "\n")
+        shown += [(now[0], text) for text in console.getvalue()[before:].splitlines() if text.strip()]
+    return shown
+
+
+def silences_before_the_first_step(shown) -> list[float]:
+    first_step = next(index for index, (_, line) in enumerate(shown) if re.match(r"step 1/", line))
+    times = [when for when, _ in shown[: first_step + 1]]
+    return [later - earlier for earlier, later in zip(times, times[1:])]
+
+
+def test_start_up_names_each_phase_and_is_never_silent_for_long():
+    lines = recorded_run()
+    shown = timed_replay(lines)
+    phases = [line for _, line in shown if line.startswith("start-up, ") and "still" not in line]
+    # Every phase once, in the order the recorded run reached them, with the time since launch and its own time.
+    assert [line.split(": ", 1)[1].rsplit(" (", 1)[0] for line in phases] == [phase.done for phase in STARTUP_PHASES]
+    assert all(re.fullmatch(r"start-up, \d+ s: .+ \(\d+ s\)", line) for line in phases), phases
+    # No silence longer than the heartbeat's (plus its one-second tick) from the first line to the first step.
+    assert max(silences_before_the_first_step(shown)) <= HEARTBEAT_S + 1, shown
+    # The heartbeat says what the run is still doing, and stops with the first step.
+    beats = [(when, line) for when, line in shown if "still" in line and line.startswith("start-up, ")]
+    assert beats and all(line.split(": still ", 1)[1] in {phase.next for phase in STARTUP_PHASES} for _, line in beats)
+    first_step = next(when for when, line in shown if line.startswith("step 1/"))
+    assert all(when <= first_step for when, _ in beats)
+    # Control: the same run without phase lines or heartbeat was silent for most of a minute.
+    assert max(silences_before_the_first_step(timed_replay(lines, phases=(), heartbeat=False))) > 45
+
+
+def test_phase_lines_do_not_hide_the_line_they_are_keyed_on_when_it_needs_the_user():
+    router = ConsoleRouter()
+    shown = router.route("\x1b[36m(vLLMHttpServer pid=7)\x1b[0m ERROR 11-24 03:18:50 [core.py:1] engine failed")
+    assert shown.split("\n")[0].startswith("start-up, ") and "rollout engine starting (vLLM)" in shown
+    assert shown.split("\n")[1].endswith("ERROR 11-24 03:18:50 [core.py:1] engine failed")
+    # Each phase once.
+    assert router.route("(vLLMHttpServer pid=7) INFO something else") is None
+
+
+def test_no_heartbeat_after_the_first_step_or_with_the_filter_off():
+    now = [0.0]
+    router = ConsoleRouter(clock=lambda: now[0])
+    now[0] = HEARTBEAT_S + 1
+    assert router.heartbeat() == "start-up, 16 s: still starting Ray"
+    assert router.heartbeat() is None  # the silence starts again
+    router.route(f"(DAPOTaskRunner pid=1) {TAG}step 1/4 | acc 0.039")
+    now[0] += 10 * HEARTBEAT_S
+    assert router.heartbeat() is None
+    assert ConsoleRouter(show_all=True, clock=lambda: 100.0).heartbeat() is None
+
+
+# ------------------------------------------------------------------------------------------ Hydra's commands
+
+
+def hydra_command(*args: str) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key not in ("DAPO_CONSOLE_FILTER", "DAPO_CONSOLE_TAG")}
+    return subprocess.run([sys.executable, "-m", "recipe_dapo.main_dapo", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=REPO_ROOT)
+
+
+@pytest.fixture(scope="module")
+def composed():
+    return OmegaConf.to_container(compose_recipe_config([]), resolve=False)
+
+
+def test_hydra_cfg_job_prints_the_composed_config(composed):
+    import yaml
+
+    result = hydra_command("--cfg", "job")
+    assert result.returncode == 0, result.stderr
+    assert "log file:" not in result.stdout
+    assert yaml.safe_load(result.stdout) == composed
+
+
+def test_hydra_cfg_package_prints_that_section(composed):
+    import yaml
+
+    result = hydra_command("--cfg", "job", "--package", "dapo")
+    assert result.returncode == 0, result.stderr
+    first, rest = result.stdout.split("\n", 1)
+    assert first == "# @package dapo"
+    assert yaml.safe_load(rest) == composed["dapo"]
+
+
+@pytest.mark.parametrize("args, shows", [
+    (("--cfg", "hydra"), "hydra:\n  run:\n"),
+    (("--cfg", "all"), "hydra:\n"),
+    (("--cfg", "job", "--resolve"), "dapo:\n"),
+    (("--help",), "== Configuration groups =="),
+    (("--hydra-help",), "Hydra ("),
+    (("--info",), "Config search path"),
+])
+def test_hydras_other_commands_print_what_hydra_prints(args, shows):
+    result = hydra_command(*args)
+    assert result.returncode == 0, result.stderr
+    assert shows in result.stdout and "log file:" not in result.stdout, result.stdout[-500:]
+    if "--resolve" in args:
+        assert "${" not in result.stdout
+    if args == ("--cfg", "all"):
+        assert "\ndapo:\n" in result.stdout
+
+
+def test_only_hydras_printing_options_bypass_the_filter():
+    assert hydra_shows_instead_of_running(["--cfg", "job"]) and hydra_shows_instead_of_running(["-c", "all"])
+    assert hydra_shows_instead_of_running(["--info", "defaults"]) and hydra_shows_instead_of_running(["-h"])
+    assert hydra_shows_instead_of_running(["--hydra-help"]) and hydra_shows_instead_of_running(["--cfg=job"])
+    assert not hydra_shows_instead_of_running([])
+    assert not hydra_shows_instead_of_running(["size=cpu_tiny", "trainer.total_training_steps=2", "-m"])
+    assert not hydra_shows_instead_of_running(["-cn", "dapo_trainer", "--config-dir", "/x"])

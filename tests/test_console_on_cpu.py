@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -191,3 +192,50 @@ def test_summary_without_a_checkpoint_says_so_and_prints_no_verl_noise(tmp_path,
     assert stream.getvalue().splitlines()[-1].startswith("  to resume: no checkpoint saved, a rerun starts from step 0")
     captured = capsys.readouterr()
     assert "Checkpoint tracker file does not exist" not in captured.out + captured.err
+
+
+def console_output(make):
+    """What ``make()`` prints through the console logger (the stream every recipe line of the process goes to)."""
+    from recipe_dapo.tracking.console import _ensure_handler
+
+    stream = io.StringIO()
+    _ensure_handler(stream)
+    made = make()
+    return made, [line for line in stream.getvalue().splitlines() if line]
+
+
+def test_a_rerun_says_in_one_plain_line_that_it_starts_fresh_and_where_the_earlier_metrics_went(run_dir, monkeypatch):
+    """The default run saves no checkpoint: a rerun starts fresh and moves the earlier run's metrics aside. The line
+    comes from the task runner (a Ray actor); the driver's console shows it without Ray's prefix or colours."""
+    from recipe_dapo.tracking.noise import TAG, ConsoleRouter
+    from recipe_dapo.tracking.run_log import superseded_path
+
+    run_four_steps(run_dir)  # the first run: 4 steps in the metrics file
+    monkeypatch.setenv("DAPO_CONSOLE_TAG", "1")  # as in a worker of a run whose driver routes the console
+    rerun, printed = console_output(lambda: DAPOTracking(
+        "recipe_dapo", "dapo_cpu", default_backend=["file"], resumed_step=0))
+    assert len(printed) == 1 and printed[0].startswith(TAG), printed
+    metrics_file = os.path.abspath(rerun.logger["file"].filepath)
+    # Through Ray's printer (prefix, colours) and the driver's console router: one plain line.
+    router = ConsoleRouter()
+    router.route("\x1b[36m(DAPOTaskRunner pid=29834)\x1b[0m Using dataset class: RLHFDataset")  # start-up's line
+    shown = router.route(f"\x1b[36m(DAPOTaskRunner pid=29834)\x1b[0m {printed[0]}")
+    assert shown == (f"metrics: a fresh start (no checkpoint to resume from); the 4 lines of steps 1-4 already in "
+                     f"{metrics_file} were moved to {superseded_path(metrics_file)}")
+    rerun.finish()
+    assert os.path.getsize(metrics_file) == 0 and len(open(superseded_path(metrics_file)).readlines()) == 4
+
+
+def test_a_resume_says_which_steps_stay_and_which_are_logged_again(run_dir):
+    run_four_steps(run_dir)
+    resumed, printed = console_output(lambda: DAPOTracking("recipe_dapo", "dapo_cpu", default_backend=["file"],
+                                                           resumed_step=2))
+    path = os.path.abspath(resumed.logger["file"].filepath)
+    assert printed == [f"metrics: resuming from the checkpoint of step 2; steps 1-2 stay in {path}, the 2 lines of "
+                       f"steps 3-4 (logged after that checkpoint, trained again now) were moved to "
+                       f"{path[:-len('.jsonl')]}.superseded.jsonl"]
+    resumed.finish()
+    first, printed = console_output(lambda: DAPOTracking("recipe_dapo", "other", default_backend=["file"]))
+    assert printed == [f"metrics: a fresh start (no checkpoint to resume from), logging to "
+                       f"{os.path.abspath(first.logger['file'].filepath)}"]
+    first.finish()

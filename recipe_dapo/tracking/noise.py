@@ -16,11 +16,18 @@ removed; lines written before the run's name is known are kept in memory until t
   with it;
 - tracebacks, whole, and exception lines; the driver's own stderr (a refused configuration, a 'did you mean');
   Ray's ``(raylet)`` lines (a worker died, memory ran low);
-- the recipe's progress bar.
+- the recipe's progress bar;
+- one short line per start-up phase (:data:`STARTUP_PHASES`: Ray up, task runner, training workers, rollout
+  engines, weights), keyed on a line verl, Ray or vLLM prints at that point, with the phase's time and the time
+  since the driver started; while the run starts, a line after every :data:`HEARTBEAT_S` seconds without one says
+  what it is still doing, until the first step.
 
 Everything else (verl's prints, vLLM's argv and engine config, INFO logs, other progress bars) is in the log file
 only. ``DAPO_CONSOLE_FILTER=0`` shows every line on the console too. At exit the console names the log file again,
 with how many lines it holds and how many the console did not show.
+
+Hydra's own commands (``--cfg``, ``--help``, ``--hydra-help``, ``--info``, ...: :func:`hydra_shows_instead_of_running`)
+print what Hydra prints: the filter is not installed for them.
 
 A warning that is noise on this recipe's runs is a new :class:`Noise` entry below, with who prints it and why it is
 noise here; a line the recipe prints for the user goes through ``recipe_line`` (or the console logger).
@@ -38,7 +45,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 DISABLE_ENV = "DAPO_CONSOLE_FILTER"
 """``0`` shows every line on the console (the log file is written either way)."""
@@ -215,6 +222,47 @@ NOISE: tuple[Noise, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Phase:
+    """A start-up phase, recognised by a line verl, Ray or vLLM prints when it is reached."""
+
+    pattern: str
+    """Regular expression searched in the line (``in_prefix``: in Ray's ``(Actor pid=...)`` prefix instead)."""
+    done: str
+    """The console line's text: what is now up or under way."""
+    next: str
+    """What the run does until the next phase (said by the heartbeat when it takes long)."""
+    source: str
+    """Who prints the line."""
+    in_prefix: bool = False
+
+
+STARTUP_PHASES: tuple[Phase, ...] = (
+    Phase(r"Started a local Ray instance|Connected to Ray cluster", "Ray cluster up",
+          "starting the task runner (a Ray actor)", "ray.init, an INFO line on the driver's stderr"),
+    Phase(r"TaskRunner", "task runner started", "reading the data and building the trainer",
+          "the first line of the task runner actor (Ray's prefix)", in_prefix=True),
+    Phase(r"^colocated worker base class", "starting the training workers", "building the model and optimizer (FSDP)",
+          "verl.single_controller.ray.base, print when the worker group is created"),
+    Phase(r"^Total steps: \d+, num_warmup_steps", "training workers ready", "starting the rollout engines (vLLM)",
+          "verl.workers.engine.fsdp, print when the optimizer's schedule is built"),
+    Phase(r"vLLM\w*Server", "rollout engine starting (vLLM)", "loading the model into vLLM and sizing its KV cache",
+          "the first line of verl's vLLM server actor (Ray's prefix)", in_prefix=True),
+    Phase(r"^LLMServerManager: ", "rollout engines up", "loading the weights into the rollout engines",
+          "verl.workers.rollout.llm_server, print with the servers' addresses"),
+    Phase(r"update_weights done", "weights loaded into the rollout engines",
+          "starting the first step (its agent-loop workers start with it)",
+          "verl.workers.rollout.vllm_rollout, logger.info after each weight sync (the first one here)"),
+    Phase(r"AgentLoopWorker", "agent-loop workers starting (first step)", "generating the first step's responses",
+          "the first line of verl's agent-loop worker actor (Ray's prefix)", in_prefix=True),
+)
+"""The start-up phases the console names, in the order a run reaches them (a phase is named once, when its line
+first appears, whatever the order)."""
+
+HEARTBEAT_S = 15.0
+"""During start-up, seconds without a console line before the console says what the run is still doing."""
+
+
 def recipe_line(text: str) -> str:
     """``text`` marked as a line of the recipe for the console (each of its lines), when a router is active."""
     if not os.environ.get(TAG_ENV):
@@ -273,7 +321,7 @@ def level_of(body: str) -> Optional[str]:
 class ConsoleRouter:
     """Decides line by line what the console shows (the rules are in the module docstring)."""
 
-    def __init__(self, noise: tuple[Noise, ...] = NOISE, show_all: bool = False):
+    def __init__(self, noise: tuple[Noise, ...] = NOISE, show_all: bool = False, clock=time.monotonic):
         self.noise = noise
         self.show_all = show_all
         self._patterns = [re.compile(entry.pattern) for entry in noise]
@@ -285,6 +333,13 @@ class ConsoleRouter:
         self._warning_source: dict[str, bool] = {}
         self._traceback: dict[str, str] = {}
         self._lock = threading.Lock()  # Ray prints worker lines from its own thread
+        # Start-up (until the first step line): phase lines and the heartbeat.
+        self._clock = clock
+        self.started = self._last_phase = self._last_shown = clock()
+        self.starting = not show_all
+        self.doing = "starting Ray"
+        self._phases = [(re.compile(phase.pattern), phase) for phase in STARTUP_PHASES]
+        self._phases_seen: set[int] = set()
 
     def route(self, line: str, driver_stderr: bool = False) -> Optional[str]:
         """The text the console shows for ``line`` (one line, no newline), or None: the log file only.
@@ -293,15 +348,43 @@ class ConsoleRouter:
         Ray's prefix and is told apart by it)."""
         with self._lock:
             self.lines += 1
-            shown = self._route(line, driver_stderr)
+            plain = _ANSI.sub("", line)
+            match = _RAY_PREFIX.match(plain)
+            prefix, body = (match.group(0), plain[match.end():]) if match else ("", plain)
+            phase = self._phase(prefix, body) if self.starting else None
+            shown = self._route(line, prefix, body, driver_stderr)
+            if phase is not None:
+                shown = phase if shown is None else f"{phase}\n{shown}"
             if shown is not None:
                 self.shown += 1
+                self._last_shown = self._clock()
             return shown
 
-    def _route(self, line: str, driver_stderr: bool) -> Optional[str]:
-        plain = _ANSI.sub("", line)
-        match = _RAY_PREFIX.match(plain)
-        prefix, body = (match.group(0), plain[match.end():]) if match else ("", plain)
+    def _phase(self, prefix: str, body: str) -> Optional[str]:
+        """The start-up phase line ``body`` (from ``prefix``) marks, the first time; None otherwise."""
+        if body.startswith(TAG + "step ") or body.startswith(TAG + "run ") or body.startswith(_TRACEBACK):
+            self.starting = False  # the first step (or the end): start-up is over
+            return None
+        for index, (pattern, phase) in enumerate(self._phases):
+            if index not in self._phases_seen and pattern.search(prefix if phase.in_prefix else body):
+                self._phases_seen.add(index)
+                now = self._clock()
+                took, self._last_phase, self.doing = now - self._last_phase, now, phase.next
+                return f"start-up, {now - self.started:.0f} s: {phase.done} ({took:.0f} s)"
+        return None
+
+    def heartbeat(self) -> Optional[str]:
+        """During start-up, after :data:`HEARTBEAT_S` seconds without a console line: what the run is still doing."""
+        with self._lock:
+            now = self._clock()
+            if not self.starting or now - self._last_shown < HEARTBEAT_S:
+                return None
+            self._last_shown = now
+            self.lines += 1
+            self.shown += 1
+            return f"start-up, {now - self.started:.0f} s: still {self.doing}"
+
+    def _route(self, line: str, prefix: str, body: str, driver_stderr: bool) -> Optional[str]:
         if body.startswith(TAG):
             return body[len(TAG):]
         if self.show_all:
@@ -450,6 +533,13 @@ class RoutedStream(io.TextIOBase):
                     self.stream.write(shown + "\n")
         return len(text)
 
+    def emit(self, line: str) -> None:
+        """A line of the router's own (a start-up heartbeat): to the console and the log file, between lines."""
+        with self._lock:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+            self.log_file.write(line, shown=True)
+
     def flush(self) -> None:
         with self._lock:
             if len(self._pending) > self._flushed:
@@ -486,13 +576,36 @@ class RunOutput:
 
 _ACTIVE: Optional[RunOutput] = None
 
+# Hydra's options that print something (the config, help, information) instead of running the job.
+_HYDRA_SHOW = ("--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p", "--info",
+               "-i", "--shell-completion", "-sc")
 
-def install_console_filter() -> RunOutput:
+
+def hydra_shows_instead_of_running(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` asks Hydra to print (``--cfg job``, ``--help``, ``--info``, ...) instead of running a job.
+
+    >>> hydra_shows_instead_of_running(["--cfg", "job", "size=cpu_tiny"]), hydra_shows_instead_of_running(["-cjob"])
+    (True, True)
+    >>> hydra_shows_instead_of_running(["size=cpu_tiny", "trainer.experiment_name=-h"])
+    False
+    """
+    for arg in argv:
+        name = arg.split("=", 1)[0]
+        if name in _HYDRA_SHOW or (name[:2] in ("-c", "-i", "-p") and name[:3] not in ("-cp", "-cn", "-cd")
+                                   and not name.startswith("--") and len(name) > 2):
+            return True
+    return False
+
+
+def install_console_filter(argv: Optional[Sequence[str]] = None) -> Optional[RunOutput]:
     """Route this process's ``sys.stdout`` and ``sys.stderr`` (once): every line to the log file, the recipe's
-    lines, warnings and errors to the console (all of them with ``DAPO_CONSOLE_FILTER=0``)."""
+    lines, warnings and errors to the console (all of them with ``DAPO_CONSOLE_FILTER=0``). Not for Hydra's own
+    commands (``argv``, default ``sys.argv[1:]``; :func:`hydra_shows_instead_of_running`): None, nothing routed."""
     global _ACTIVE
     if _ACTIVE is not None:
         return _ACTIVE
+    if hydra_shows_instead_of_running(sys.argv[1:] if argv is None else argv):
+        return None
     show_all = os.environ.get(DISABLE_ENV, "1").lower() in ("0", "false", "no")
     os.environ[TAG_ENV] = "1"  # inherited by the Ray workers this driver starts
     router, log_file = ConsoleRouter(show_all=show_all), LogFile()
@@ -501,6 +614,16 @@ def install_console_filter() -> RunOutput:
     sys.stderr = RoutedStream(sys.stderr, router, log_file, is_stderr=True)
     atexit.register(_at_exit, _ACTIVE)
     return _ACTIVE
+
+
+def _heartbeat(stream: "RoutedStream", period_s: float = 1.0) -> None:
+    """While the run starts: after a silence of :data:`HEARTBEAT_S` seconds, a line saying what it is still doing."""
+    router = stream.router
+    while router.starting:
+        time.sleep(period_s)
+        line = router.heartbeat()
+        if line is not None:
+            stream.emit(line)
 
 
 def log_file_path(config) -> str:
@@ -522,7 +645,15 @@ def attach_log_file(config) -> Optional[str]:
     path = _ACTIVE.log_file.attach(log_file_path(config))
     shown = "" if _ACTIVE.router.show_all else f" ({DISABLE_ENV}=0 shows them here)"
     print(recipe_line(f"log file: {path}: every line of verl, vLLM and Ray{shown}"), flush=True)
+    if not _ACTIVE.router.show_all and isinstance(sys.stdout, RoutedStream) and not _HEARTBEAT:
+        # From here the run starts (Ray, workers, engines): the heartbeat says what it is doing when it is quiet.
+        _HEARTBEAT.append(threading.Thread(target=_heartbeat, args=(sys.stdout,), name="dapo-console-heartbeat",
+                                           daemon=True))
+        _HEARTBEAT[0].start()
     return path
+
+
+_HEARTBEAT: list = []
 
 
 def _at_exit(output: RunOutput) -> None:

@@ -61,10 +61,13 @@ def set_aside_superseded(path: str | os.PathLike, resumed_step: int) -> int:
     """Move the lines a process resuming at ``resumed_step`` will log again to the superseded file.
 
     Returns how many lines were moved. Lines that do not parse (a write cut by a kill) are moved too,
-    as ``{"raw": text}``. Nothing happens when the file does not exist or nothing is superseded.
+    as ``{"raw": text}``. Nothing is moved when the file does not exist or nothing is superseded. Either way the
+    run's console gets one plain line (:func:`start_line`): a fresh start or a resume, and what happened to the
+    metrics already in the file.
     """
     path = str(path)
     if not os.path.exists(path):
+        _announce(start_line(path, resumed_step, [], []))
         return 0
     with open(path, "rb") as handle:
         lines = [line for line in handle.read().split(b"\n") if line.strip()]
@@ -75,7 +78,10 @@ def set_aside_superseded(path: str | os.PathLike, resumed_step: int) -> int:
             keep.append(line)
         else:
             moved.append((line, record))
+    kept_steps = sorted({_parse(line)["step"] for line in keep})
+    moved_steps = sorted({record["step"] for _, record in moved if record is not None})
     if not moved:
+        _announce(start_line(path, resumed_step, kept_steps, []))
         return 0
     stamp = {"resumed_from_step": int(resumed_step), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     with open(superseded_path(path), "ab") as side:
@@ -92,13 +98,51 @@ def set_aside_superseded(path: str | os.PathLike, resumed_step: int) -> int:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-    steps = sorted({record["step"] for _, record in moved if record is not None})
-    logger.warning(
-        "%s: resuming at step %d; %d line(s) logged after that checkpoint (steps %s) will be logged again "
-        "and were moved to %s",
-        path, resumed_step, len(moved), _ranges(steps) or "none parsable", superseded_path(path),
-    )
+    _announce(start_line(path, resumed_step, kept_steps, moved_steps, len(moved)))
     return len(moved)
+
+
+def start_line(path: str, resumed_step: int, kept_steps: list[int], moved_steps: list[int],
+               moved_lines: int = 0) -> str:
+    """The console's line on how a run starts and what became of the metrics already in its file.
+
+    >>> start_line("/r/m.jsonl", 0, [], [])
+    'metrics: a fresh start (no checkpoint to resume from), logging to /r/m.jsonl'
+    >>> start_line("/r/m.jsonl", 0, [], [0, 1, 2, 3, 4], 6)
+    'metrics: a fresh start (no checkpoint to resume from); the 6 lines of steps 0-4 already in /r/m.jsonl were moved to /r/m.superseded.jsonl'
+    >>> start_line("/r/m.jsonl", 4, [0, 1, 2, 3, 4], [5], 1)
+    'metrics: resuming from the checkpoint of step 4; steps 0-4 stay in /r/m.jsonl, the 1 line of step 5 (logged after that checkpoint, trained again now) was moved to /r/m.superseded.jsonl'
+    """
+    path = os.path.abspath(path)
+    if resumed_step <= 0:
+        line = "metrics: a fresh start (no checkpoint to resume from)"
+        if not moved_lines:
+            return f"{line}, logging to {path}"
+        return (f"{line}; the {_lines(moved_lines)} of {_steps(moved_steps)} already in {path} "
+                f"{'were' if moved_lines > 1 else 'was'} moved to {superseded_path(path)}")
+    line = f"metrics: resuming from the checkpoint of step {resumed_step}; "
+    line += f"{_steps(kept_steps)} stay in {path}" if kept_steps else f"logging to {path}"
+    if moved_lines:
+        line += (f", the {_lines(moved_lines)} of {_steps(moved_steps)} (logged after that checkpoint, trained again "
+                 f"now) {'were' if moved_lines > 1 else 'was'} moved to {superseded_path(path)}")
+    return line
+
+
+def _lines(count: int) -> str:
+    return f"{count} line{'s' if count != 1 else ''}"
+
+
+def _steps(steps: list[int]) -> str:
+    if not steps:
+        return "no parsable step"
+    return f"step{'s' if len(steps) > 1 else ''} {_ranges(steps)}"
+
+
+def _announce(line: str) -> None:
+    """One plain line on the run's console (no Ray prefix, no colour: ``tracking.console.announce``)."""
+    from recipe_dapo.tracking.console import announce
+
+    announce(line)
 
 
 def read_metrics(path: str | os.PathLike) -> dict[int, dict[str, Any]]:
