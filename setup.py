@@ -7,7 +7,8 @@ TRANSFORMERS = "transformers>=5.5.3,<5.11,!=5.6.0"
 MATH_VERIFY = "math-verify>=0.7"
 # verl 0.9.1 declares TransferQueue>=0.1.10 for its v1 trainer (extra "verl-core"); 0.1.11 is the version tested here.
 TRANSFER_QUEUE = "transferqueue>=0.1.10,<0.2"
-# The run report (python -m recipe_dapo.report) draws with matplotlib; the tests draw it too.
+# The run report (python -m recipe_dapo.report) draws with matplotlib: in every install, so the README's report command
+# draws in the environment the install makes (recipe_dapo.report.MATPLOTLIB is the same requirement).
 REPORT = ["matplotlib>=3.7"]
 
 setup(
@@ -34,6 +35,7 @@ setup(
         "numpy",
         "tokenizers",
         "tqdm",
+        *REPORT,
     ],
     extras_require={
         # The verifier's symbolic step (radicals, sets, expressions); every platform extra pulls it in, so no

@@ -4,7 +4,8 @@
 
 ``RUN`` is a run folder (its metrics JSONL is found in it or one folder down, e.g. ``WORK_DIR`` of
 ``scripts/run_dapo_cpu.sh`` holds ``recipe_dapo/dapo_cpu.jsonl``) or the JSONL itself. The report writes
-``run_report.png`` and ``run_report.md`` into ``--out`` (default: the first run's folder) and prints both paths.
+``run_report.png`` and ``run_report.md`` into ``--out`` (default: the first run's folder) and prints both paths
+(without matplotlib, only the markdown, and the one command that adds the plots).
 Several runs share the axes, one colour per run: by training step, or with ``--x tokens`` by cumulative generated
 tokens (every response token generated, kept or filtered: the cost of dynamic sampling). ``--smooth N`` adds a
 trailing mean of N steps over thin per-step lines.
@@ -29,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -52,7 +55,19 @@ from recipe_dapo.trainers.step_metrics import (
 )
 
 REPORT_PNG, REPORT_MD = "run_report.png", "run_report.md"
-INSTALL_HINT = "the run report needs matplotlib: pip install 'recipe_dapo[report]'"
+MATPLOTLIB = "matplotlib>=3.7"
+"""The plots' one requirement (setup.py's install_requires holds the same: every install draws)."""
+
+
+def install_hint() -> str:
+    """The one command that adds the plots to the environment this report runs in (its own interpreter's pip)."""
+    python = sys.executable or "python"
+    relative = os.path.relpath(python)
+    shown = relative if not relative.startswith("..") else python
+    return f"{shown} -m pip install '{MATPLOTLIB}'"
+
+
+INSTALL_HINT = "the run report's plots need matplotlib, which this environment lacks"
 
 Reader = Callable[[Mapping[str, Any]], Optional[float]]
 
@@ -62,7 +77,10 @@ class ReportError(Exception):
 
 
 class MissingMatplotlib(ReportError, ImportError):
-    """matplotlib is not installed (the ``report`` extra)."""
+    """matplotlib is not installed (every install of the recipe has it; an environment made otherwise may not)."""
+
+    markdown: Optional[Path] = None
+    """The summary written without the plots."""
 
 
 # ----------------------------------------------------------------------------------------------- runs
@@ -403,12 +421,14 @@ def run_figures(run: Run) -> dict[str, Any]:
     }
 
 
-def summary_markdown(runs: Sequence[Run], png: str, axis: str = "step") -> str:
-    """The markdown summary: the dashboard, then one table row per run."""
+def summary_markdown(runs: Sequence[Run], png: Optional[str], axis: str = "step") -> str:
+    """The markdown summary: the dashboard (``png``; None: drawn without matplotlib, so none), then one table row
+    per run."""
+    picture = f"![run report]({png})" if png else f"No plots: matplotlib is not installed ({install_hint()})."
     lines = [
         f"# Run report: {', '.join(run.name for run in runs)}",
         "",
-        f"![run report]({png})",
+        picture,
         "",
         "| run | steps | training accuracy final / best (step) | validation, last | mean keep rate | "
         "generated tokens | trained tokens | time |",
@@ -469,10 +489,16 @@ def write_report(paths: Sequence[str | Path], out: Optional[str | Path] = None, 
             run.name = f"{run.name} ({index + 1})"
     if out is None:
         out = Path(paths[0]) if Path(paths[0]).is_dir() else runs[0].path.parent
-    figure = build_figure(runs, axis=axis, smooth=smooth)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     png, markdown = out / REPORT_PNG, out / REPORT_MD
+    try:
+        figure = build_figure(runs, axis=axis, smooth=smooth)
+    except MissingMatplotlib as missing:  # the summary needs no plot: write it, then say how to get the plots
+        out.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(summary_markdown(runs, None, axis))
+        missing.markdown = markdown
+        raise
+    out.mkdir(parents=True, exist_ok=True)
     figure.savefig(png, dpi=110)
     markdown.write_text(summary_markdown(runs, REPORT_PNG, axis))
     return png, markdown
@@ -488,6 +514,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parser.parse_args(argv)
     try:
         png, markdown = write_report(args.runs, args.out, args.x, args.smooth)
+    except MissingMatplotlib as missing:
+        print(f"wrote {missing.markdown} (no plots: {INSTALL_HINT}; to add them: {install_hint()})")
+        return
     except ReportError as error:
         raise SystemExit(f"recipe_dapo.report: {error}") from None
     print(f"wrote {png}\nwrote {markdown}")
