@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import textwrap
 
 import numpy as np
@@ -442,6 +443,10 @@ HANGING_REWARD = """
             return math.nan
         if "inf" in solution_str:
             return {{"score": -math.inf, "acc": True, "pred": "x"}}
+        if "huge" in solution_str:
+            return 1e39  # finite in Python, inf in verl's float32 reward tensor
+        if "raise" in solution_str:
+            raise ValueError("cannot parse")
         return 0.5 if solution_str.strip().endswith(str(ground_truth)) else -0.25
 """
 
@@ -471,6 +476,8 @@ def test_custom_functions_that_hang_never_starve_decoding_and_every_sample_is_sc
         release.write_text("")  # lets the abandoned threads end
     assert info["score"].tolist() == [-1.0] * hanging + [0.5, -0.25]
     assert info["reward_score"].tolist() == [-1.0] * hanging + [0.5, -0.25]
+    # What a time-out trains as: a wrong answer (score -1, acc False), told apart only by verify_error.
+    assert info["acc"][:hanging].tolist() == [False] * hanging
     assert all(e == "time-out: custom compute_score still running after 0.3 s" for e in info["verify_error"][:hanging])
     assert info["verify_error"][hanging:].tolist() == ["", ""]
     assert reward_metrics(info)["reward/verify_timeout_ratio"] == hanging / len(rows)
@@ -497,17 +504,22 @@ def test_non_finite_scores_count_as_failures_scored_minus_one(tokenizer, base_co
         (response_ids(tokenizer, "got inf", 10, True), "7"),
         (response_ids(tokenizer, "Answer: 8", 10, True), "7"),
         (response_ids(tokenizer, "exit", 10, True), "7"),  # sys.exit() in a user function ends one sample, not the worker
+        (response_ids(tokenizer, "got huge", 10, True), "7"),
     ]
     with caplog.at_level("WARNING", logger="recipe_dapo.reward.manager"):
         info, _ = score_within(config, padded_batch(tokenizer, rows), limit_s=20.0)
-    assert info["score"].tolist() == [0.5, -1.0, -1.0, -0.25, -1.0]
-    assert info["reward_score"].tolist() == [0.5, -1.0, -1.0, -0.25, -1.0]
-    assert info["acc"].tolist() == [True, False, False, False, False]  # the dict's acc=True does not survive -inf
+    assert info["score"].tolist() == [0.5, -1.0, -1.0, -0.25, -1.0, -1.0]
+    assert info["reward_score"].tolist() == [0.5, -1.0, -1.0, -0.25, -1.0, -1.0]
+    assert info["acc"].tolist() == [True, False, False, False, False, False]  # the dict's acc=True does not survive -inf
     assert info["verify_error"].tolist() == [
-        "", "non-finite score (nan)", "non-finite score (-inf)", "", "RuntimeError: custom compute_score raised SystemExit: 3"
+        "", "non-finite score (nan)", "non-finite score (-inf)", "", "RuntimeError: custom compute_score raised SystemExit: 3",
+        "score 1e+39 is not finite in float32",
     ]
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.float32(1e39))  # why 1e39 is a failure: verl's reward tensor would hold inf
+    assert reward_metrics(info)["reward/verify_error_ratio"] == 4 / 6  # counted where the stop message points
     logged = [r.getMessage() for r in caplog.records if "non-finite score" in r.getMessage()]
-    assert len(logged) == 2 and "math_dapo" in logged[0] and "got nan" in logged[0]
+    assert len(logged) == 3 and "math_dapo" in logged[0] and "got nan" in logged[0]
 
 
 def test_the_watchdog_warns_once_naming_the_calls_that_make_no_progress(tokenizer, base_config, tmp_path, caplog):
@@ -567,3 +579,155 @@ def test_stall_warning_s_must_be_a_positive_number_of_seconds(tokenizer, base_co
     with pytest.raises(ValueError, match="reward.reward_kwargs.stall_warning_s must be a positive number of seconds"):
         get_reward_manager_cls("recipe_dapo")(config, tokenizer, compute_score=None)
     assert RewardSettings.from_config(base_config).stall_warning_s == 120.0
+
+
+# ----------------------------------------------------------------------------- limits that stop the run
+
+
+def _caller_threads(prefix: str = "recipe_dapo-custom_compute_score") -> int:
+    import threading
+
+    return sum(1 for thread in threading.enumerate() if thread.name.startswith(prefix) and thread.is_alive())
+
+
+def _hammer(caller, function, calls: int) -> tuple[list, int]:
+    """``calls`` calls of ``function`` through ``caller``, all at once; their outcomes and the peak of live threads."""
+    import threading
+
+    peak = [0]
+
+    async def one():
+        try:
+            return await caller.call(function)
+        except Exception as error:  # noqa: BLE001 - the outcome is what the test reads
+            return error
+        finally:
+            peak[0] = max(peak[0], _caller_threads())
+
+    async def all_calls():
+        return await asyncio.gather(*(one() for _ in range(calls)))
+
+    outcomes = asyncio.run(all_calls())
+    assert threading.active_count() >= 1
+    return outcomes, peak[0]
+
+
+def test_hung_calls_past_the_cap_stop_the_run_and_the_threads_left_alive_are_bounded():
+    """A real function that hangs until released: 60 calls with a cap of 5 abandoned calls and 3 running at once.
+    Positive control in the same test: without a cap (the behaviour before the cap existed) every hung call keeps
+    its thread, so the same 60 calls leave 60 threads alive."""
+    import threading
+    import time
+
+    from recipe_dapo.reward.bounded_calls import BoundedCaller, CallTimeout, RewardFunctionBroken
+
+    release = threading.Event()
+    hang = lambda: release.wait(30)  # noqa: E731
+    try:
+        capped = BoundedCaller(0.05, max_running=3, name="custom compute_score", max_abandoned=5,
+                               label="custom reward function compute_score in /tmp/hang.py")
+        outcomes, peak = _hammer(capped, hang, 60)
+        broken = [o for o in outcomes if isinstance(o, RewardFunctionBroken)]
+        assert broken and all(isinstance(o, (CallTimeout, RewardFunctionBroken)) for o in outcomes)
+        assert peak <= 3 + 5 and _caller_threads() <= 3 + 5, (peak, _caller_threads())
+        message = str(broken[0])
+        assert "\n" not in message
+        assert message.startswith("custom reward function compute_score in /tmp/hang.py: ")
+        assert "dapo.health.max_abandoned_reward_calls=5" in message
+        assert re.search(r" (\d+) of \1 \(100%\) calls timed out after 0.05 s", message), message
+        release.set()
+        for _ in range(100):
+            if not _caller_threads():
+                break
+            time.sleep(0.05)
+        assert capped.abandoned == 0  # a released call gives its count back
+
+        release.clear()
+        uncapped = BoundedCaller(0.05, max_running=3, name="custom compute_score")
+        outcomes, _ = _hammer(uncapped, hang, 60)
+        assert all(isinstance(o, CallTimeout) for o in outcomes)
+        assert _caller_threads() == 60 == uncapped.abandoned
+    finally:
+        release.set()
+
+
+def test_the_manager_stops_on_the_abandoned_call_cap_naming_the_reward_function(tokenizer, base_config, tmp_path):
+    """Through verl's RewardLoopWorker and the recipe's manager, with a real hanging function file: past
+    ``dapo.health.max_abandoned_reward_calls`` the batch raises instead of scoring every later sample -1."""
+    from recipe_dapo.reward.bounded_calls import RewardFunctionBroken
+
+    release = tmp_path / "release"
+    module = tmp_path / "hanging_reward.py"
+    module.write_text(textwrap.dedent(HANGING_REWARD.format(release=str(release))))
+    config = with_overrides(
+        base_config,
+        reward__custom_reward_function__path=str(module),
+        reward__reward_kwargs__custom_score_timeout_s=0.1,
+        dapo__health__max_abandoned_reward_calls=4,
+    )
+    rows = [(response_ids(tokenizer, f"hang {i}", 10, True), "1") for i in range(40)]
+    try:
+        worker = RewardLoopWorker(config)
+        with pytest.raises(RewardFunctionBroken) as stopped:
+            get_event_loop().run_until_complete(
+                asyncio.wait_for(worker.compute_score_batch(padded_batch(tokenizer, rows)), timeout=30))
+        assert _caller_threads() <= worker.reward_manager.custom_caller.max_running + 4
+    finally:
+        release.write_text("")
+    message = str(stopped.value)
+    assert f"custom reward function compute_score in {module}" in message
+    assert "dapo.health.max_abandoned_reward_calls=4" in message, message
+    assert "(100%) calls timed out after 0.1 s" in message, message
+
+
+@pytest.mark.parametrize("max_ratio", [0.5, 1.0])
+def test_a_reward_function_failing_on_most_samples_stops_the_run_past_the_failure_ratio(
+    tokenizer, base_config, tmp_path, max_ratio
+):
+    """A function that raises on 4 samples of 5: with ``dapo.health.max_reward_failure_ratio=0.5`` the worker stops
+    once 50 samples are judged, naming the function, the share and the last error; at 1.0 (never stop: what every
+    run did before the limit existed) all 80 samples are scored, the failures as wrong answers (-1)."""
+    from recipe_dapo.reward.bounded_calls import RewardFunctionBroken
+
+    module = tmp_path / "raising_reward.py"
+    module.write_text(textwrap.dedent(HANGING_REWARD.format(release=str(tmp_path / "unused"))))
+    config = with_overrides(
+        base_config,
+        reward__custom_reward_function__path=str(module),
+        reward__reward_kwargs__overlong_buffer_cfg__enable=False,
+        dapo__health__max_reward_failure_ratio=max_ratio,
+        dapo__health__reward_failure_window=100,
+    )
+    rows = [(response_ids(tokenizer, "Answer: 7" if i % 5 == 0 else "raise", 10, True), "7") for i in range(80)]
+    if max_ratio == 1.0:
+        info, _ = score_within(config, padded_batch(tokenizer, rows), limit_s=60.0)
+        assert info["score"].tolist() == [0.5 if i % 5 == 0 else -1.0 for i in range(80)]
+        assert reward_metrics(info)["reward/verify_error_ratio"] == 0.8
+        return
+    with pytest.raises(RewardFunctionBroken) as stopped:
+        score_within(config, padded_batch(tokenizer, rows), limit_s=60.0)
+    message = str(stopped.value)
+    assert "\n" not in message
+    assert message.startswith(f"custom reward function compute_score in {module} (reward.custom_reward_function) "
+                              "failed on 4")
+    assert "of the last samples this reward worker scored, above dapo.health.max_reward_failure_ratio=0.5" in message
+    assert "the last: ValueError: cannot parse" in message
+
+
+def test_the_failure_window_judges_only_the_last_samples_and_only_once_enough_are_in():
+    from recipe_dapo.reward.bounded_calls import RewardFunctionBroken
+    from recipe_dapo.reward.health import FailureWindow
+
+    window = FailureWindow(0.5, window=10, function="f", min_samples=4)
+    for error in ("x", "x", ""):
+        window.record(error)  # 2 of 3 failed, but fewer than 4 judged
+    window.record("")  # 2 of 4: not above half
+    for _ in range(10):
+        window.record("")  # the two failures leave the window
+    assert (window.failed, window.samples) == (0, 10)
+    for _ in range(5):
+        window.record("boom")  # 5 of 10: not above half
+    with pytest.raises(RewardFunctionBroken, match=r"f failed on 6 of 10 \(60%\) .* the last: boom"):
+        window.record("boom")
+    with pytest.raises(ValueError, match="max_reward_failure_ratio must lie in"):
+        FailureWindow(1.5, 10, "f")

@@ -35,6 +35,16 @@ class HealthSettings:
     """Stop the run after this many steps in a row whose update verl skipped for a non-finite gradient norm (it prints
     ``grad_norm is not finite`` and zeroes the gradient); every skipped step is counted in
     ``training/skipped_updates`` and shown on its console line. 0: never stop."""
+    max_reward_failure_ratio: float = 0.5
+    """Stop the run when more than this share of the last ``reward_failure_window`` samples a reward worker scored
+    failed (a time-out, an exception, a score that is not finite in float32, a malformed ground truth: each such sample
+    trains as a wrong answer, -1), naming the reward function and the share. 1: never stop."""
+    reward_failure_window: int = 200
+    """Samples per reward worker over which ``max_reward_failure_ratio`` is taken (judged once 50 are in)."""
+    max_abandoned_reward_calls: int = 64
+    """Stop the run when this many timed-out calls of a user's reward function are still running on abandoned threads
+    in one reward worker (a Python thread cannot be stopped), naming the function and the share that timed out; so
+    the threads a hanging function leaves are bounded. 0: no cap."""
     rollout_probe_s: float = 30.0
     """Both trainers, during every weight sync to the rollout, and verl's v1 trainer, when prompts are in flight and no
     group has come back for this many seconds: check that the agent-loop workers, the rollout servers and their vLLM

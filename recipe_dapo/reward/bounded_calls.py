@@ -3,7 +3,7 @@
 Why not ``loop.run_in_executor(None, ...)``: a Python thread cannot be stopped, so a call abandoned at its
 time-out keeps its thread; in a shared executor (asyncio's default one has ``min(32, cpus + 4)``) the
 abandoned calls hold slots until none is left, and everything else submitted there -- decoding, our own
-verification -- waits forever (issue 26 item 1). Here:
+verification -- waits forever. Here:
 
 - :class:`BoundedCaller` runs each call of one function on a fresh daemon thread of its own. At most
   ``max_running`` calls run at once; a call that passes ``timeout_s`` raises :class:`CallTimeout` and gives its
@@ -11,6 +11,11 @@ verification -- waits forever (issue 26 item 1). Here:
   function that hangs costs its time-out per call and never blocks another call, nor anything outside this
   caller. Daemon threads also never hold up the interpreter's exit (an executor's threads are joined there).
   The time-out counts from the start of the call itself, not from the wait for a slot.
+- Abandoned threads are bounded too: with ``max_abandoned`` (``dapo.health.max_abandoned_reward_calls``), a call
+  that would start while that many timed-out calls are still running raises :class:`RewardFunctionBroken` instead,
+  naming the function and the share of its calls that timed out, and the run stops. So the threads one caller keeps
+  alive never exceed ``max_running + max_abandoned``. A thread that cannot be started (the process is out of
+  threads) raises the same, instead of scoring the sample as a wrong answer.
 - :class:`ProgressWatch` records the calls in flight; when none has finished for ``stall_s`` seconds while
   some are in flight, a daemon thread logs one warning that names them (how many, of which kind, the oldest
   and how long it has run) and the abandoned calls; it warns again only after progress resumed and stalled
@@ -41,6 +46,17 @@ class CallTimeout(TimeoutError):
     """A call ran past its time-out; its thread was abandoned."""
 
 
+class RewardFunctionBroken(RuntimeError):
+    """A reward function failed too often, or left too many calls hanging, for the run to go on: its message is the
+    one line that says which function and what share of its calls failed. The reward manager lets it through (a
+    single failed sample is scored -1 instead)."""
+
+
+def share(part: int, whole: int) -> str:
+    """``"3 of 4 (75%)"``."""
+    return f"{part} of {whole} ({100.0 * part / whole:.0f}%)" if whole else f"{part} of 0"
+
+
 @dataclass
 class _CallState:
     done: bool = False
@@ -50,14 +66,23 @@ class _CallState:
 class BoundedCaller:
     """Runs a blocking function with a time-out per call, on threads nothing else shares (module docstring)."""
 
-    def __init__(self, timeout_s: float, max_running: int = DEFAULT_MAX_RUNNING, name: str = "reward function"):
+    def __init__(self, timeout_s: float, max_running: int = DEFAULT_MAX_RUNNING, name: str = "reward function",
+                 max_abandoned: int = 0, label: str | None = None):
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         if max_running < 1:
             raise ValueError(f"max_running must be at least 1, got {max_running}")
+        if max_abandoned < 0:
+            raise ValueError(f"max_abandoned must be >= 0 (0: no cap), got {max_abandoned}")
         self.timeout_s = float(timeout_s)
         self.max_running = max_running
+        self.max_abandoned = int(max_abandoned)
+        """Calls refused (:class:`RewardFunctionBroken`) while this many timed-out calls still run; 0: no cap."""
         self.name = name
+        self.label = label or name
+        """How the function is named in :class:`RewardFunctionBroken` (e.g. with its file and function name)."""
+        self.calls = 0
+        """Calls that ended (returned, raised or timed out), in all."""
         self.timeouts = 0
         """Calls that ran past the time-out, in all."""
         self.abandoned = 0
@@ -79,6 +104,7 @@ class BoundedCaller:
         """``function(*args, **kwargs)`` on its own thread; its result or exception, or :class:`CallTimeout`."""
         loop = asyncio.get_running_loop()
         async with self._semaphore(loop):
+            self._refuse_past_cap()
             future = loop.create_future()
             state = _CallState()
 
@@ -102,9 +128,22 @@ class BoundedCaller:
             thread = threading.Thread(
                 target=run, name=f"recipe_dapo-{self.name.replace(' ', '_')}-{next(self._counter)}", daemon=True
             )
-            thread.start()
             try:
-                return await asyncio.wait_for(future, timeout=self.timeout_s)
+                thread.start()
+            except RuntimeError as error:  # "can't start new thread": the process is out of threads
+                raise RewardFunctionBroken(
+                    f"{self.label}: no thread could be started for another call ({error}) with {self.abandoned} "
+                    f"timed-out calls still running; {share(self.timeouts, self.calls)} calls timed out after "
+                    f"{self.timeout_s:g} s. The run stops: make the function return within its time-out "
+                    "(reward.reward_kwargs.custom_score_timeout_s)"
+                ) from error
+            try:
+                try:
+                    return await asyncio.wait_for(future, timeout=self.timeout_s)
+                finally:
+                    if future.done() and not future.cancelled():
+                        with self._lock:
+                            self.calls += 1  # returned or raised
             except (asyncio.TimeoutError, asyncio.CancelledError) as error:
                 with self._lock:
                     if not state.done:
@@ -112,11 +151,25 @@ class BoundedCaller:
                         self.abandoned += 1
                     if isinstance(error, asyncio.TimeoutError):
                         self.timeouts += 1
+                        self.calls += 1
                 if isinstance(error, asyncio.CancelledError):
                     raise
                 raise CallTimeout(
                     f"time-out: {self.name} still running after {self.timeout_s:g} s"
                 ) from None
+
+
+    def _refuse_past_cap(self) -> None:
+        with self._lock:
+            abandoned, timeouts, calls = self.abandoned, self.timeouts, self.calls
+        if self.max_abandoned and abandoned >= self.max_abandoned:
+            raise RewardFunctionBroken(
+                f"{self.label}: {abandoned} timed-out calls are still running on abandoned threads in this reward "
+                f"worker (the cap, dapo.health.max_abandoned_reward_calls={self.max_abandoned}); "
+                f"{share(timeouts, calls)} calls timed out after {self.timeout_s:g} s. The run stops: make the "
+                "function return within its time-out (reward.reward_kwargs.custom_score_timeout_s), then rerun to "
+                "resume from the last checkpoint"
+            )
 
 
 def _settle(future: asyncio.Future, outcome: tuple[Any, BaseException | None]) -> None:

@@ -21,8 +21,17 @@ the symbolic step could have matched the answer, and it is off).
 A user's ``compute_score`` (``reward.custom_reward_function.path``) runs on threads of its own
 (:class:`recipe_dapo.reward.bounded_calls.BoundedCaller`), at most ``reward_kwargs.custom_score_timeout_s`` per
 sample; decoding and our verifier run on this module's own executor, so a hanging user function can never
-take the threads they need. A time-out, an exception or a score that is not finite (NaN, +/-inf) costs that
-sample: it scores -1 and ``verify_error`` says why. A watchdog thread warns once when no sample finishes for
+take the threads they need.
+
+What a failure trains as: a time-out, an exception, or a score that is not finite once stored as float32 (NaN,
++/-inf, or beyond +/-3.4e38 such as 1e39) costs that sample: it scores -1, exactly a wrong answer's score (plus the
+overlong penalty of its length), ``acc`` is False and ``verify_error`` says why. So within a group a failed sample
+pushes the others' advantages up like a wrong answer would. Two limits stop the run instead, each with one line that
+names the function and the share that failed (:class:`~recipe_dapo.reward.bounded_calls.RewardFunctionBroken`, which
+this manager never turns into a score): more than ``dapo.health.max_reward_failure_ratio`` of the last
+``dapo.health.reward_failure_window`` samples of this worker failed (:mod:`recipe_dapo.reward.health`), or
+``dapo.health.max_abandoned_reward_calls`` timed-out calls of the user's function are still running on abandoned
+threads. A watchdog thread warns once when no sample finishes for
 ``reward_kwargs.stall_warning_s`` while some are in flight, naming them.
 
 With our verifier the end of the response is decoded first (its last ``TAIL_CHARS`` characters), and the
@@ -52,8 +61,15 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from recipe_dapo.overlong import TRUNCATED_COLUMN, get_shaping, is_truncated
 from recipe_dapo.reward import symbolic
-from recipe_dapo.reward.bounded_calls import DEFAULT_MAX_RUNNING, BoundedCaller, CallTimeout, ProgressWatch
+from recipe_dapo.reward.bounded_calls import (
+    DEFAULT_MAX_RUNNING,
+    BoundedCaller,
+    CallTimeout,
+    ProgressWatch,
+    RewardFunctionBroken,
+)
 from recipe_dapo.reward.failures import FailureLog
+from recipe_dapo.reward.health import FailureWindow
 from recipe_dapo.reward.metrics import REWARD_EXTRA_KEYS  # noqa: F401  (the per-sample keys, in one home)
 from recipe_dapo.reward.settings import RewardSettings, config_value
 from recipe_dapo.reward.verifier import MAX_REPORTED_CHARS, TAIL_CHARS, Verdict, verify
@@ -63,6 +79,9 @@ logger = logging.getLogger(__name__)
 _reward_failures = FailureLog(logger, "reward computation failed; scored -1")
 _custom_timeouts = FailureLog(logger, "custom compute_score timed out; scored -1")
 _non_finite_scores = FailureLog(logger, "reward function returned a non-finite score; scored -1")
+
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite float32: verl's reward tensors are float32, so a larger score becomes inf there."""
 
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
@@ -93,7 +112,12 @@ class RecipeDAPORewardManager(RewardManagerBase):
         # verl hands us its default_compute_score unless the user configured their own function.
         has_custom_function = bool(config_value(config, "reward.custom_reward_function.path"))
         self.custom_compute_score = compute_score if has_custom_function else None
-        self.custom_caller = BoundedCaller(self.settings.custom_score_timeout_s, name="custom compute_score")
+        function = reward_function_label(config) if has_custom_function else "the recipe's verifier"
+        self.custom_caller = BoundedCaller(
+            self.settings.custom_score_timeout_s, name="custom compute_score",
+            max_abandoned=self.settings.max_abandoned_calls, label=function,
+        )
+        self.failures = FailureWindow(self.settings.max_failure_ratio, self.settings.failure_window, function)
         self.progress = ProgressWatch(self.settings.stall_warning_s, logger, lambda: self.custom_caller.abandoned)
         self.stop_token_ids = stop_token_ids(tokenizer, config_value(config, "actor_rollout_ref.model.path"))
         if self.custom_compute_score is None:
@@ -135,12 +159,15 @@ class RecipeDAPORewardManager(RewardManagerBase):
                 score = verdict.score
             else:
                 score, verdict = await self._custom_score(item.non_tensor_batch, valid_ids, ground_truth)
+        except RewardFunctionBroken:
+            raise  # the run stops with its one line
         except Exception as error:  # decoding or a user's function failed: one sample lost, never the run
             _reward_failures.report(f"{type(error).__name__}: {error}", exc_info=error)
             verdict = Verdict(False, "", "error", f"{type(error).__name__}: {error}"[:MAX_REPORTED_CHARS])
             score = verdict.score
         finally:
             self.progress.end(token)
+        self.failures.record(verdict.error)  # too many failures in this worker stop the run
 
         return {
             "reward_score": score + overlong_reward,
@@ -209,14 +236,21 @@ class RecipeDAPORewardManager(RewardManagerBase):
         else:
             score = float(result)
             verdict = Verdict(score > 0, "", "custom")
-        if not math.isfinite(score):
-            problem = f"non-finite score ({score})"
+        if not math.isfinite(score) or abs(score) > FLOAT32_MAX:  # verl stores rewards as float32: 1e39 is inf there
+            problem = f"non-finite score ({score})" if not math.isfinite(score) else f"score {score:g} is not finite in float32"
             _non_finite_scores.report(
                 f"{problem} from custom compute_score for data_source={kwargs['data_source']!r}, "
                 f"ground_truth={ground_truth!r}, response ending {text[-200:]!r}"
             )
             return -1.0, Verdict(False, verdict.pred, "error", problem)
         return score, verdict
+
+
+def reward_function_label(config: Any) -> str:
+    """How a user's reward function is named in the messages that stop the run: its file and function name."""
+    path = config_value(config, "reward.custom_reward_function.path")
+    name = config_value(config, "reward.custom_reward_function.name", "compute_score")
+    return f"custom reward function {name} in {path} (reward.custom_reward_function)"
 
 
 def warn_symbolic_off(symbolic_check: bool | None) -> None:

@@ -15,6 +15,9 @@ Keys (all optional; the first five have the meaning they have for verl's own ``d
         symbolic_check: null      # null: use math-verify when installed; true: require it; false: never
         custom_score_timeout_s: 60.0  # limit of a user's reward.custom_reward_function per sample
         stall_warning_s: 120.0    # warn (once per stall) when no sample finishes scoring for this long
+
+and, from the recipe's ``dapo.health`` (``recipe_dapo.config.settings.HealthSettings``), the limits that stop the run:
+``max_reward_failure_ratio``, ``reward_failure_window`` and ``max_abandoned_reward_calls``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.config import select
+from recipe_dapo.config.settings import HealthSettings
 
 from recipe_dapo.overlong.shaping import check_overlong_buffer, get_shaping
 from recipe_dapo.reward.verifier import DEFAULT_TIMEOUT_S
@@ -58,6 +62,12 @@ class RewardSettings:
     """Wall-clock limit of a user's ``compute_score`` for one sample."""
     stall_warning_s: float = DEFAULT_STALL_WARNING_S
     """Seconds without a finished sample (while some are in flight) before the watchdog warns."""
+    max_failure_ratio: float = HealthSettings.max_reward_failure_ratio
+    """``dapo.health.max_reward_failure_ratio``: a larger share of failed samples stops the run (1: never)."""
+    failure_window: int = HealthSettings.reward_failure_window
+    """``dapo.health.reward_failure_window``: samples of one worker over which that share is taken."""
+    max_abandoned_calls: int = HealthSettings.max_abandoned_reward_calls
+    """``dapo.health.max_abandoned_reward_calls``: timed-out calls of a user's function still running (0: no cap)."""
 
     @classmethod
     def from_config(cls, config: Any) -> RewardSettings:
@@ -107,7 +117,21 @@ class RewardSettings:
                 f"{_KWARGS}.symbolic_check must be null (use math-verify when installed), true or false, "
                 f"got {symbolic_check!r}"
             )
+        health = {
+            key: config_value(config, f"dapo.health.{key}", getattr(HealthSettings, key))
+            for key in ("max_reward_failure_ratio", "reward_failure_window", "max_abandoned_reward_calls")
+        }
+        ratio = health["max_reward_failure_ratio"]
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise ValueError(f"dapo.health.max_reward_failure_ratio must lie in [0, 1] (1: never stop), got {ratio!r}")
+        for key, minimum in (("reward_failure_window", 1), ("max_abandoned_reward_calls", 0)):
+            value = health[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"dapo.health.{key} must be an integer >= {minimum}, got {value!r}")
         return cls(
+            max_failure_ratio=float(ratio),
+            failure_window=health["reward_failure_window"],
+            max_abandoned_calls=health["max_abandoned_reward_calls"],
             overlong_enable=enable,
             overlong_buffer_len=buffer_len,
             overlong_penalty_factor=penalty_factor,
