@@ -6,8 +6,9 @@
 # Writes OUT_DIR/{dapo-math-17k,aime-2024,aime-2025,amc23,math500,gsm8k}.parquet with the DAPO prompt
 # template, normalised answers and deduplicated problems. Runs with $PYTHON, else the repository's .venv (from
 # scripts/install_cpu.sh) when there is one, else python3 from PATH (with the recipe's requirements).
-# Sources: the public Hugging Face copies (needs network and `datasets`), or, with DAPO_DATA_LOCAL_DIR set to
-# a folder laid out like ../shared/data, the local copies there.
+# Sources: the public Hugging Face copies (needs network and `datasets`; without network it says so in one line),
+# or, with DAPO_DATA_LOCAL_DIR set to a local folder, the copies there (its layout:
+# `python -m recipe_dapo.data prepare --help`).
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then

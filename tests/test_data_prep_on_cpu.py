@@ -408,3 +408,55 @@ def test_command_line_reports_a_bad_file_in_one_line_and_exits_2(tmp_path, capsy
         error == f"error: {path}, row 0, field 'reward_model.ground_truth': ground truth is empty. "
         "Fix: give the row its reference answer or drop the row"
     )
+
+
+# ---------------------------------------------------------------- without network
+
+
+def prepare_script(out_dir, **env) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_ENDPOINT", "DAPO_DATA_LOCAL_DIR")}
+    environment.update(PYTHON=sys.executable, **env)
+    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "prepare_data.sh"), str(out_dir)], env=environment,
+                          capture_output=True, text=True, timeout=120)
+
+
+LOCAL_HINT = ("without network, prepare from local copies: DAPO_DATA_LOCAL_DIR=DIR bash scripts/prepare_data.sh "
+              "OUT_DIR (or python -m recipe_dapo.data prepare OUT_DIR --local-dir DIR)")
+
+
+def test_without_network_data_preparation_says_so_in_one_line_and_how_to_use_a_local_folder(tmp_path):
+    # An endpoint nothing listens on: the connection is refused at once, as on a machine without network.
+    completed = prepare_script(tmp_path / "out", HF_ENDPOINT="http://127.0.0.1:9")
+    assert completed.returncode == 2
+    assert completed.stdout == ""
+    assert completed.stderr.splitlines() == [completed.stderr.strip()], completed.stderr  # one line, no retries
+    assert completed.stderr.startswith("error: cannot reach the Hugging Face Hub (http://127.0.0.1:9: ")
+    assert LOCAL_HINT in completed.stderr
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_with_the_hub_offline_and_nothing_cached_the_same_line(tmp_path):
+    completed = prepare_script(tmp_path / "out", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"),
+                               HF_DATASETS_CACHE=str(tmp_path / "hf" / "datasets"))
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
+    assert completed.stderr.startswith("error: cannot reach the Hugging Face Hub (HF_HUB_OFFLINE is set and ")
+    assert LOCAL_HINT in completed.stderr
+
+
+def test_the_local_folder_the_line_points_to_needs_no_network(tmp_path):
+    local = tmp_path / "local" / "eval"
+    local.mkdir(parents=True)
+    pd.DataFrame({"problem": ["What is 1 + 1?", "What is 2 + 3?"], "answer": ["2", "5"]}).to_parquet(
+        local / "aime-2024.parquet", index=False)
+    completed = subprocess.run(
+        [sys.executable, "-m", "recipe_dapo.data", "prepare", str(tmp_path / "out"), "--only", "aime-2024"],
+        env={**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "DAPO_DATA_LOCAL_DIR": str(tmp_path / "local")},
+        capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert validate_rl_parquet(tmp_path / "out" / "aime-2024.parquet") == 2
+    # The layout the line refers to is in the command's help.
+    shown = subprocess.run([sys.executable, "-m", "recipe_dapo.data", "prepare", "--help"], capture_output=True,
+                           text=True, timeout=60).stdout
+    assert all(spec.local_files[0] in shown for spec in DATASETS.values()), shown

@@ -1,8 +1,8 @@
 """The data sets DAPO trains and evaluates on: where each comes from and how it is tagged.
 
 A new data set is a new :class:`DatasetSpec` added to ``DATASETS`` below. ``local_files`` are paths
-relative to a folder laid out like the project's shared data folder (``DAPO_DATA_LOCAL_DIR``); the first
-that exists is read. ``hub_id`` is the usual public Hugging Face copy, used only when no local folder is
+relative to a local data folder (``DAPO_DATA_LOCAL_DIR``, ``--local-dir``; :func:`local_layout` lists them); the
+first that exists is read. ``hub_id`` is the usual public Hugging Face copy, used only when no local folder is
 given.
 """
 
@@ -107,3 +107,10 @@ def dataset_spec(name: str) -> DatasetSpec:
         return DATASETS[name]
     except KeyError:
         raise KeyError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}") from None
+
+
+def local_layout() -> str:
+    """The local data folder's layout, one data set a line: the files read (the first present) and the Hub copy
+    they stand for."""
+    return "\n".join(f"  {spec.name:<14} {' or '.join(spec.local_files)}  (a copy of {spec.hub_id})"
+                     for spec in DATASETS.values())

@@ -5,7 +5,10 @@
     validate FILE [FILE ...] [--tokenizer PATH [--max-prompt-length N]]
                                                           check verl RL parquet files (and prompt tokens)
 
-``--local-dir`` defaults to ``$DAPO_DATA_LOCAL_DIR``; without either, the Hugging Face Hub is used.
+``--local-dir`` defaults to ``$DAPO_DATA_LOCAL_DIR``; without either, the Hugging Face Hub is used (it is checked
+first: without network the command says so in one line, with how to prepare from a local folder, and exits 2).
+The local folder's layout is in ``prepare --help``; ``.parquet`` files in verl's RL layout or flat ``.parquet`` /
+``.jsonl`` files (a ``problem`` or ``question`` column and an ``answer``) are read.
 Bad input exits with status 2 and one line naming the file, the row and the field. With ``--tokenizer``
 (the model's), ``validate`` also counts each prompt's tokens as verl's rollout does
 (``recipe_dapo.data.prompt_length``) and refuses prompts over ``--max-prompt-length`` (the training key is
@@ -20,7 +23,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from recipe_dapo.data.catalog import DATASETS
+from recipe_dapo.data.catalog import DATASETS, local_layout
 from recipe_dapo.data.convert import DEDUP_MODES, LOCAL_DIR_ENV, convert_dataset, prepare_all
 from recipe_dapo.data.validation import RLDataError, validate_rl_parquet
 
@@ -31,12 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m recipe_dapo.data", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    prepare = commands.add_parser("prepare", help="convert every data set into one folder")
+    prepare = commands.add_parser(
+        "prepare", help="convert every data set into one folder", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"a local folder (--local-dir DIR, or ${LOCAL_DIR_ENV}=DIR) holds, under DIR:\n{local_layout()}",
+    )
     prepare.add_argument("out_dir")
     prepare.add_argument(
         "--local-dir",
         default=os.environ.get(LOCAL_DIR_ENV) or None,
-        help=f"folder laid out like the shared data folder (default ${LOCAL_DIR_ENV}; unset: download)",
+        help=f"local copies, laid out as listed below (default ${LOCAL_DIR_ENV}; unset: download from the Hub)",
     )
     prepare.add_argument("--only", nargs="+", choices=list(DATASETS), help="convert only these data sets")
 

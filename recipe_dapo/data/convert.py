@@ -34,7 +34,15 @@ from tqdm.auto import tqdm
 
 from recipe_dapo.data.answers import normalize_ground_truth
 from recipe_dapo.data.catalog import DATASETS, DatasetSpec, dataset_spec
-from recipe_dapo.data.sources import ProblemRecord, SourceRows, iter_problem_records, read_hub_rows, read_local_rows
+from recipe_dapo.data.sources import (
+    ProblemRecord,
+    SourceRows,
+    _offline_mode,
+    check_hub_reachable,
+    iter_problem_records,
+    read_hub_rows,
+    read_local_rows,
+)
 from recipe_dapo.data.template import apply_dapo_template, strip_dapo_template
 from recipe_dapo.data.validation import RLDataError, validate_rl_record
 
@@ -163,8 +171,8 @@ def locate_local_file(spec: DatasetSpec, local_dir: str | os.PathLike) -> str:
         if os.path.isfile(candidate):
             return candidate
     raise FileNotFoundError(
-        f"{spec.name}: none of {candidates} exists; lay {LOCAL_DIR_ENV}={local_dir} out like the shared data "
-        f"folder, or unset it to download {spec.hub_id}"
+        f"{spec.name}: none of {candidates} exists; lay {LOCAL_DIR_ENV}={local_dir} out as `python -m "
+        f"recipe_dapo.data prepare --help` lists, or unset it to download {spec.hub_id}"
     )
 
 
@@ -174,8 +182,14 @@ def open_source(spec: DatasetSpec, input_path: str | None = None, local_dir: str
         return read_local_rows(input_path)
     if local_dir is not None:
         return read_local_rows(locate_local_file(spec, local_dir))
-    logger.info("%s: downloading %s (split %s)", spec.name, spec.hub_id, spec.hub_split)
-    return read_hub_rows(spec.hub_id, spec.hub_config, spec.hub_split)
+    offline = _offline_mode()
+    if offline is None:
+        check_hub_reachable()
+        logger.info("%s: downloading %s (split %s)", spec.name, spec.hub_id, spec.hub_split)
+    rows = read_hub_rows(spec.hub_id, spec.hub_config, spec.hub_split, checked=True)
+    if offline is not None:
+        logger.info("%s: %s read from the datasets cache (%s is set)", spec.name, spec.hub_id, offline)
+    return rows
 
 
 def convert_dataset(
@@ -218,4 +232,6 @@ def prepare_all(
     if local_dir is not None:
         for spec in specs:
             locate_local_file(spec, local_dir)
+    elif _offline_mode() is None:
+        check_hub_reachable()  # before any file is written: without network, one line and how to go local
     return [convert_dataset(spec.name, output_dir, local_dir=local_dir, progress=progress) for spec in specs]

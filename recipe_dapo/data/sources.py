@@ -110,16 +110,69 @@ def _count_lines(path: str) -> int:
         return sum(1 for _ in handle)
 
 
-def read_hub_rows(dataset_id: str, config: str | None, split: str) -> SourceRows:
-    """Rows of a Hugging Face dataset (needs network and the ``datasets`` package; imported lazily)."""
+HUB_TIMEOUT_S = 5.0
+"""How long the Hub may take to answer before it counts as unreachable (one try, no retries)."""
+
+
+class HubUnreachable(OSError):
+    """The Hugging Face Hub cannot be reached: one line saying so, and how to prepare from local copies."""
+
+    def __init__(self, reason: str):
+        super().__init__(
+            f"cannot reach the Hugging Face Hub ({reason}); without network, prepare from local copies: "
+            f"DAPO_DATA_LOCAL_DIR=DIR bash scripts/prepare_data.sh OUT_DIR (or python -m recipe_dapo.data prepare "
+            f"OUT_DIR --local-dir DIR), DIR laid out as `python -m recipe_dapo.data prepare --help` lists"
+        )
+
+
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def _offline_mode() -> str | None:
+    """The variable that puts the Hub libraries offline, when one does."""
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
+            return name
+    return None
+
+
+def check_hub_reachable(timeout_s: float = HUB_TIMEOUT_S) -> None:
+    """Raise :class:`HubUnreachable` when the Hub (``$HF_ENDPOINT``) does not answer within ``timeout_s`` (once, before
+    any download, so a machine without network learns it in seconds instead of after the Hub client's retries)."""
+    import urllib.error
+    import urllib.request
+
+    endpoint = hub_endpoint()
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", None) or error
+        raise HubUnreachable(f"{endpoint}: {reason}") from None
+
+
+def read_hub_rows(dataset_id: str, config: str | None, split: str, checked: bool = False) -> SourceRows:
+    """Rows of a Hugging Face dataset (needs network and the ``datasets`` package; imported lazily). With
+    ``HF_HUB_OFFLINE=1`` the ``datasets`` cache is read; without it the Hub is checked first
+    (:func:`check_hub_reachable`; ``checked``: the caller did)."""
+    offline = _offline_mode()
+    if offline is None and not checked:
+        check_hub_reachable()
     try:
         import datasets
     except ImportError as error:
-        raise RuntimeError(
-            f"downloading {dataset_id} needs the 'datasets' package: pip install datasets, "
-            "or set DAPO_DATA_LOCAL_DIR to a folder with local copies"
+        raise RLDataError(
+            f"hf://{dataset_id}", None, None, "downloading needs the 'datasets' package",
+            "pip install datasets, or set DAPO_DATA_LOCAL_DIR to a folder with local copies",
         ) from error
-    dataset = datasets.load_dataset(dataset_id, config, split=split)
+    try:
+        dataset = datasets.load_dataset(dataset_id, config, split=split)
+    except (ConnectionError, OSError) as error:
+        if offline is None:
+            raise
+        raise HubUnreachable(f"{offline} is set and {dataset_id} is not in the datasets cache") from None
     return SourceRows(f"hf://{dataset_id}[{split}]", tuple(dataset.column_names), iter(dataset), len(dataset))
 
 
