@@ -21,6 +21,8 @@ import sys
 import threading
 from typing import Callable
 
+from recipe_dapo.compat.stdlib import add_meta_path_finder
+
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
@@ -83,5 +85,4 @@ _finder = _PostImportFinder()
 
 
 def _install_finder() -> None:
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+    add_meta_path_finder(_finder)

@@ -69,14 +69,15 @@ class PluginNotLoadedError(RuntimeError):
 
 def registered_components() -> dict[str, bool]:
     """What this process has registered in verl's registries (imports them: used by the start-up check)."""
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    from recipe_dapo.compat.verl import registered_agent_loops
 
     return {
         "policy_loss:dapo": "dapo" in POLICY_LOSS_REGISTRY,
         "reward_manager:recipe_dapo": "recipe_dapo" in REWARD_MANAGER,
-        f"agent_loop:{SEEDED_AGENT_LOOP}": SEEDED_AGENT_LOOP in _agent_loop_registry,
+        f"agent_loop:{SEEDED_AGENT_LOOP}": SEEDED_AGENT_LOOP in registered_agent_loops(),
     }
 
 

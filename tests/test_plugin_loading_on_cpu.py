@@ -50,7 +50,7 @@ MODULES_AFTER_IMPORT_VERL = "import sys, verl\nprint(' '.join(sorted(sys.modules
 LIGHT = {
     "recipe_dapo", "recipe_dapo.plugin", "recipe_dapo.import_hooks", "recipe_dapo.config", "recipe_dapo.config.resolvers",
     "recipe_dapo.cpu",
-    "recipe_dapo.cpu.detect",
+    "recipe_dapo.cpu.detect", "recipe_dapo.compat", "recipe_dapo.compat.stdlib",
 }
 
 
@@ -67,7 +67,8 @@ def test_import_verl_with_the_plugin_loads_only_what_the_process_asked_for(env, 
     bare, with_plugin = fresh_pythons((MODULES_AFTER_IMPORT_VERL, fresh_env(VERL_USE_EXTERNAL_PLUGINS="none", **env)),
                                       (MODULES_AFTER_IMPORT_VERL, fresh_env(**env)))
     added = set(with_plugin.split()) - set(bare.split())
-    expected_cpu = {"recipe_dapo.cpu.platform", "recipe_dapo.cpu.compat"}
+    expected_cpu = {"recipe_dapo.cpu.platform", "recipe_dapo.cpu.compat", "recipe_dapo.compat.torch",
+                    "recipe_dapo.compat.verl"}
     assert added - expected_cpu == LIGHT
     assert (expected_cpu <= added) == cpu_platform
 

@@ -96,11 +96,16 @@ def test_a_line_cut_by_a_kill_is_set_aside_and_later_lines_stay_readable(logger_
     assert aside[0]["raw"].startswith('{"step": 2')
 
 
-def test_records_keep_verls_file_logger_format(logger_root):
+def test_records_keep_verls_file_logger_format(logger_root, monkeypatch):
     from verl.utils.tracking import FileLogger
 
     tracking = open_run(resumed_step=0)
-    assert isinstance(tracking.logger["file"], FileLogger)
     tracking.log({"a": np.float64(0.5), "b": np.int64(3)}, step=7)
     tracking.finish()
-    assert json.loads((logger_root / "proj" / "exp.jsonl").read_text()) == {"step": 7, "data": {"a": 0.5, "b": 3}}
+    ours = (logger_root / "proj" / "exp.jsonl").read_bytes()
+    assert json.loads(ours) == {"step": 7, "data": {"a": 0.5, "b": 3}}
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(logger_root / "verl.jsonl"))
+    verls = FileLogger("proj", "exp")  # the same record through verl's own file backend: the same bytes
+    verls.log({"a": np.float64(0.5), "b": np.int64(3)}, step=7)
+    verls.finish()
+    assert (logger_root / "verl.jsonl").read_bytes() == ours

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Sequence
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 
 def closest_first(name, choices) -> list[str]:
@@ -16,14 +16,17 @@ def closest_first(name, choices) -> list[str]:
 
 
 def config_keys(config: DictConfig, prefix: str = "") -> list[str]:
-    """Every dotted key of a config (leaves and sections)."""
+    """Every dotted key of a config (leaves and sections), interpolations unresolved."""
+    return _tree_keys(OmegaConf.to_container(config, resolve=False), prefix)
+
+
+def _tree_keys(tree: dict, prefix: str) -> list[str]:
     keys = []
-    for key in config.keys():
+    for key, value in tree.items():
         dotted = f"{prefix}{key}"
         keys.append(dotted)
-        node = config._get_node(key)
-        if isinstance(node, DictConfig) and not node._is_missing() and not node._is_none():
-            keys.extend(config_keys(node, dotted + "."))
+        if isinstance(value, dict):  # a section (a missing or None section is a leaf: "???" or None)
+            keys.extend(_tree_keys(value, dotted + "."))
     return keys
 
 

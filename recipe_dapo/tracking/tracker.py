@@ -16,7 +16,8 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.utils.tracking import FileLogger, Tracking
+import orjson
+from verl.utils.tracking import Tracking
 
 from recipe_dapo.tracking.console import RunConsole
 from recipe_dapo.tracking.run_log import metrics_file_path, set_aside_superseded
@@ -25,11 +26,12 @@ REPLACED_BACKENDS = ("file", "console")
 logger = logging.getLogger(__name__)
 
 
-class ResumableFileLogger(FileLogger):
-    """verl's file backend, appending: earlier processes' lines up to ``resumed_step`` stay (``run_log``'s docstring)."""
+class ResumableFileLogger:
+    """A ``file`` backend for verl's ``Tracking`` (its ``log``/``finish`` interface), appending where verl's truncates:
+    earlier processes' lines up to ``resumed_step`` stay (``run_log``'s docstring). Lines are verl's file format, one
+    ``{"step": ..., "data": {...}}`` JSON object per line."""
 
     def __init__(self, project_name: str, experiment_name: str, resumed_step: int = 0):
-        # Not super().__init__: verl's opens the file with "wb". log() and finish() are verl's.
         self.project_name = project_name
         self.experiment_name = experiment_name
         self.filepath = metrics_file_path(project_name, experiment_name)
@@ -37,6 +39,12 @@ class ResumableFileLogger(FileLogger):
         self.superseded_lines = set_aside_superseded(self.filepath, resumed_step)
         self.fp = open(self.filepath, "ab", buffering=0)
         logger.info("metrics file: %s (appending from step %d)", os.path.abspath(self.filepath), resumed_step)
+
+    def log(self, data: dict, step: int) -> None:
+        self.fp.write(orjson.dumps({"step": step, "data": data}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+
+    def finish(self) -> None:
+        self.fp.close()
 
 
 class DAPOTracking(Tracking):
@@ -71,8 +79,9 @@ class DAPOTracking(Tracking):
     def finish(self, exit_code: int = 0, outcome: Optional[str] = None) -> None:
         """verl's finish (flush and close every backend), then the console's end-of-run summary; ``outcome`` says how
         the run ended when it did not train every step (``failed at step 3: ...``, ``stopped by SIGTERM ...``)."""
-        if getattr(self, "_finished", False):
+        if getattr(self, "recipe_finished", False):
             return
+        self.recipe_finished = True
         super().finish(exit_code)
         console = getattr(self, "logger", {}).get("console")
         if isinstance(console, RunConsole):

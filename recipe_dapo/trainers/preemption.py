@@ -150,7 +150,7 @@ class DriverGuard:
         self._previous: dict = {}
         self._previous_wakeup_fd = -1
         self._pipe: Optional[tuple[int, int]] = None
-        self._ray_setter = None
+        self._restore_ray: Optional[Callable[[], None]] = None
 
     # -------------------------------------------------------------- install / uninstall
 
@@ -173,36 +173,18 @@ class DriverGuard:
         self._previous = {}
         if self._pipe is not None:
             signal.set_wakeup_fd(self._previous_wakeup_fd)
-        if self._ray_setter is not None:
-            import ray
-            import ray._private.utils as ray_utils
-
-            ray_utils.set_sigterm_handler, ray.init = self._ray_setter, self._ray_init
-            self._ray_setter = None
+        if self._restore_ray is not None:
+            self._restore_ray()
+            self._restore_ray = None
 
     def _keep_ray_from_replacing_the_handler(self) -> None:
         """``ray.init`` installs ``sys.exit(15)`` (swallowed while ray.init runs) and the head node a handler that kills
         every Ray process: while the guard is on, their installs are ignored (the guard ends the run itself). Its core
         worker then puts a C++ handler on SIGTERM that prints a stack dump ("*** SIGTERM received at time=...") before
         passing the signal on: after ``ray.init`` the guard takes SIGTERM back (crash signals keep Ray's handler)."""
-        try:
-            import ray
-            import ray._private.utils as ray_utils
-        except ImportError:
-            return
-        self._ray_setter, self._ray_init = ray_utils.set_sigterm_handler, ray.init
+        from recipe_dapo.compat.ray import keep_signal_handlers
 
-        def keep_recipe_handler(handler):
-            logger.debug("recipe_dapo: Ray's SIGTERM handler %r not installed (pre-emption guard)", handler)
-
-        def init_then_take_the_signals_back(*args, **kwargs):
-            try:
-                return self._ray_init(*args, **kwargs)
-            finally:
-                for signum in SIGNALS:
-                    signal.signal(signum, _noted)
-
-        ray_utils.set_sigterm_handler, ray.init = keep_recipe_handler, init_then_take_the_signals_back
+        self._restore_ray = keep_signal_handlers(SIGNALS, _noted)
 
     # -------------------------------------------------------------- the signal
 

@@ -12,21 +12,15 @@ from __future__ import annotations
 import logging
 import urllib.error
 import urllib.request
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import ray
 
+from recipe_dapo.compat.ray import actor_label
+from recipe_dapo.compat.verl import wrap_update_weights
 from recipe_dapo.trainers.rollout_health import RolloutDied, call_watched, summarize_error
 
 logger = logging.getLogger(__name__)
-
-
-def _actor_name(handle) -> str:
-    try:
-        name = handle._ray_actor_creation_function_descriptor.class_name.rsplit(".", 1)[-1]
-        return f"{name} {handle._actor_id.hex()[:12]}"
-    except Exception:
-        return repr(handle)
 
 
 class RolloutLiveness:
@@ -66,13 +60,13 @@ class RolloutLiveness:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
         for index, (handle, ref) in enumerate(zip(handles, refs)):
             if ref not in ready:
-                logger.warning("%s %d (%s) did not answer within %.0f s", role, index, _actor_name(handle),
+                logger.warning("%s %d (%s) did not answer within %.0f s", role, index, actor_label(handle),
                                self.timeout_s)
                 continue
             try:
                 ray.get(ref)
             except Exception as error:
-                raise RolloutDied(f"{role} {index} ({_actor_name(handle)}) is dead: {summarize_error(error)}") from error
+                raise RolloutDied(f"{role} {index} ({actor_label(handle)}) is dead: {summarize_error(error)}") from error
 
     def _engine_problem(self, address: str) -> Optional[str]:
         """What the engine's health check says is wrong; None when it is healthy or cannot be asked (a server that
@@ -91,18 +85,18 @@ class RolloutLiveness:
         return None
 
 
-def watch_weight_syncs(checkpoint_manager: Any, probe: Optional[Any], every_s: float) -> None:
+def watch_weight_syncs(checkpoint_manager: Any, probe: Optional[Any], every_s: float) -> Callable[[], None]:
     """Make ``checkpoint_manager.update_weights`` (verl's, called by verl's and the recipe's trainers alike) run the
     rollout's liveness probe every ``every_s`` seconds while it waits: a dead engine or server raises
-    ``RolloutDied`` instead of a sync that never returns. ``every_s <= 0`` or no probe leaves verl's call as it is."""
-    if probe is None or getattr(probe, "empty", False) or every_s <= 0:
-        return
-    if checkpoint_manager is None or getattr(checkpoint_manager, "_recipe_dapo_watched", False):
-        return
-    inner = checkpoint_manager.update_weights
+    ``RolloutDied`` instead of a sync that never returns. ``every_s <= 0`` or no probe leaves verl's call as it is.
+    Returns the function that puts verl's call back."""
+    if probe is None or getattr(probe, "empty", False) or every_s <= 0 or checkpoint_manager is None:
+        return lambda: None
 
-    def update_weights(*args, **kwargs):
-        return call_watched(lambda: inner(*args, **kwargs), probe, every_s, what="the weight sync to the rollout")
+    def watched(inner: Callable) -> Callable:
+        def update_weights(*args, **kwargs):
+            return call_watched(lambda: inner(*args, **kwargs), probe, every_s, what="the weight sync to the rollout")
 
-    checkpoint_manager.update_weights = update_weights
-    checkpoint_manager._recipe_dapo_watched = True
+        return update_weights
+
+    return wrap_update_weights(checkpoint_manager, watched)

@@ -146,8 +146,7 @@ class RayDAPOTrainer(RayPPOTrainer):
 
     def fit(self):
         """Train for ``total_training_steps`` optimizer steps (validation and saving as configured)."""
-        if self._dump_executor._shutdown:
-            self._init_dump_executor()
+        self._init_dump_executor()  # verl's generation-dump executor (a second fit finds it shut down)
         self.global_steps = 0
         self._load_checkpoint()
         # Opened after the checkpoint: the metrics file keeps what earlier processes logged up to this step.
@@ -474,9 +473,11 @@ class RayDAPOTrainer(RayPPOTrainer):
             "update_guard": self.update_guard.state_dict(),
         }
 
+        verl_save = super()._save_checkpoint
+
         def save():
             save_recipe_state(self.config, self.global_steps, state)
-            RayPPOTrainer._save_checkpoint(self)
+            verl_save()
 
         guarded_save(self.config.trainer.default_local_dir, self.global_steps, save,
                      model_path=self.config.actor_rollout_ref.model.path)

@@ -14,9 +14,9 @@ import logging
 import ray
 import transfer_queue as tq
 
-from verl.experimental.agent_loop import AgentLoopWorker
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
+from recipe_dapo.compat.verl import init_agent_loop_worker_tq
 from recipe_dapo.trainers.rollout_health import error_tag
 
 logger = logging.getLogger(__name__)
@@ -24,11 +24,9 @@ logger = logging.getLogger(__name__)
 
 class _DAPOAgentLoopWorkerTQ(AgentLoopWorkerTQ.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
-        # verl's AgentLoopWorkerTQ.__init__, whose zero-argument super() fails in the Ray worker (there its class cell
-        # is a copy of the class this one derives from: "super(type, obj): obj must be an instance or subtype").
-        AgentLoopWorker.__init__(self, *args, **kwargs)
-        tq.init()
-        self.background_tasks = set()
+        # What verl's AgentLoopWorkerTQ.__init__ does: its zero-argument super() fails in the Ray worker (there its class
+        # cell is a copy of the class this one derives from: "super(type, obj): obj must be an instance or subtype").
+        init_agent_loop_worker_tq(self, *args, **kwargs)
 
     async def _run_agent_loop(self, sampling_params, trajectory, **kwargs):
         try:

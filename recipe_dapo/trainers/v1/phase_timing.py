@@ -16,8 +16,9 @@ Not counted: TransferQueue calls made by other processes (the agent-loop workers
 status while generating; that time is part of generation). The calls are timed where they are made, the outermost
 call only (a read that lists first is one read).
 
-:func:`install_tq_timing` wraps the ``transfer_queue`` module's functions once per process (callers look them up
-as ``tq.<name>`` at call time, as verl and the recipe do); :func:`timed_step` brackets one step.
+:func:`install_tq_timing` wraps the ``transfer_queue`` module's functions (callers look them up as ``tq.<name>`` at
+call time, as verl and the recipe do) through ``recipe_dapo.compat.transfer_queue``, and :func:`uninstall_tq_timing`
+puts them back (the v1 trainer does both around ``fit``); :func:`timed_step` brackets one step.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from typing import Callable
+
+from recipe_dapo.compat.transfer_queue import restore_functions, wrap_functions
 
 TQ_READS = ("kv_list", "kv_batch_get")
 TQ_WRITES = ("kv_put", "kv_batch_put", "kv_clear")
@@ -95,27 +98,16 @@ def timed(fn: Callable, phase: str, clock: PhaseClock = CLOCK) -> Callable:
 
 def install_tq_timing(module=None, clock: PhaseClock = CLOCK) -> list[str]:
     """Wrap ``module``'s (default: ``transfer_queue``) read and write functions; a second call changes nothing.
-    Returns the names wrapped now."""
-    if module is None:
-        import transfer_queue as module
+    Returns the names wrapped now; :func:`uninstall_tq_timing` puts the originals back."""
     wrapped = []
     for names, phase in ((TQ_READS, TQ_READ), (TQ_WRITES, TQ_WRITE)):
-        for name in names:
-            fn = getattr(module, name, None)
-            if fn is not None and not getattr(fn, "timed_phase", None):
-                setattr(module, name, timed(fn, phase, clock))
-                wrapped.append(name)
+        wrapped += wrap_functions(module, names, lambda fn, phase=phase: timed(fn, phase, clock))
     return wrapped
 
 
 def uninstall_tq_timing(module=None) -> None:
-    """Put ``module``'s original functions back (tests)."""
-    if module is None:
-        import transfer_queue as module
-    for name in (*TQ_READS, *TQ_WRITES):
-        fn = getattr(module, name, None)
-        if fn is not None and getattr(fn, "untimed", None):
-            setattr(module, name, fn.untimed)
+    """Put ``module``'s original functions back."""
+    restore_functions(module, (*TQ_READS, *TQ_WRITES))
 
 
 def timed_step(step: Callable, replay_buffer, metrics: dict, timing_raw: dict, clock: PhaseClock = CLOCK):

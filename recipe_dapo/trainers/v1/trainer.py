@@ -27,10 +27,10 @@ import torch
 import transfer_queue as tq
 from tensordict import TensorDict
 
-import verl.trainer.ppo.v1.trainer_base as verl_trainer_base
 from verl import DataProto
 from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
 
+from recipe_dapo.compat.verl import v1_tracking
 from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
 from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.trainers.checkpoint_state import (
@@ -46,7 +46,7 @@ from recipe_dapo.tracking.tracker import open_tracking
 from recipe_dapo.trainers.step_metrics import RESPONSE_TOKENS_METRIC, UpdateGuard
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
-from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step
+from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step, uninstall_tq_timing
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
 from recipe_dapo.trainers.rollout_health import StallWatch
 from recipe_dapo.trainers.validation_metrics import add_problem_metrics
@@ -65,7 +65,6 @@ class _DAPOOnV1:
             )
         self._stop_ids: Optional[list[int]] = None
         self.update_guard = UpdateGuard(config.dapo.health.max_skipped_updates)
-        install_tq_timing()  # this process's TransferQueue reads and writes, per step (timing_s/tq_read, tq_write)
         self.preemption = TrainerWatch(None)  # fit() opens the real one (the driver then knows training began)
         self.stopped_by: Optional[str] = None
         if config.dapo.seeded_rollouts:
@@ -148,14 +147,12 @@ class _DAPOOnV1:
         probe_s = float(self.config.dapo.health.rollout_probe_s)
         self.replay_buffer.groups.watch = StallWatch(liveness, probe_s)
         watch_weight_syncs(getattr(self, "checkpoint_manager", None), liveness, probe_s)
-        verl_tracking, verl_pprint = verl_trainer_base.Tracking, verl_trainer_base.pprint
-        verl_trainer_base.Tracking = lambda **_: open_tracking(
-            self.config, resumed_step=self.global_steps, total_steps=self.total_training_steps
-        )
-        verl_trainer_base.pprint = lambda text: logger.debug("%s", text)
         self.preemption = TrainerWatch.open()
+        install_tq_timing()  # this process's TransferQueue reads and writes, per step (timing_s/tq_read, tq_write)
         try:
-            super().fit(agent_loop_manager)
+            with v1_tracking(lambda: open_tracking(self.config, resumed_step=self.global_steps,
+                                                   total_steps=self.total_training_steps)):
+                super().fit(agent_loop_manager)
         except Preempted:
             self.logger.finish(exit_code=1, outcome=f"stopped by {self.stopped_by} after step {self.global_steps - 1}")
         except Exception as error:
@@ -164,7 +161,7 @@ class _DAPOOnV1:
                 tracking.finish(exit_code=1, outcome=f"failed at step {self.global_steps} ({type(error).__name__})")
             raise
         finally:
-            verl_trainer_base.Tracking, verl_trainer_base.pprint = verl_tracking, verl_pprint
+            uninstall_tq_timing()
 
     # ---------------------------------------------------------------- pre-emption (``trainers.preemption``)
 

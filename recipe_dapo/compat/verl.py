@@ -1,0 +1,167 @@
+"""verl internals the recipe depends on: what it replaces or copies, and the private hooks of verl's trainers that the
+recipe's trainers override or call (the adapter seam of ``trainers.classic.trainer`` and ``trainers.v1.trainer``).
+
+verl gives a recipe no public extension point for most of a training step: its trainers' steps are private methods,
+which the recipe's subclasses override or call. They are listed here with :func:`declare`, with the parameters the
+recipe relies on, so that ``tests/test_compat_on_cpu.py`` fails on the verl release that changes one of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable, Iterator
+
+from recipe_dapo.compat import declare, touches
+
+logger = logging.getLogger(__name__)
+
+VERL = ("0.9.0", "0.9.1")
+"""The verl releases every site below was checked on (CI runs the contract tests on both)."""
+
+CLASSIC = "verl.trainer.ppo.ray_trainer.RayPPOTrainer"
+V1 = "verl.trainer.ppo.v1.trainer_base.PPOTrainer"
+AGENT_LOOP_WORKER_TQ = "verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ"
+CLASSIC_ADAPTER = "recipe_dapo.trainers.classic.trainer.RayDAPOTrainer"
+V1_ADAPTER = "recipe_dapo.trainers.v1.trainer.DAPOTrainerV1"
+
+
+# ------------------------------------------------------------------------------------------------ registries
+
+
+@touches("verl.experimental.agent_loop.agent_loop._agent_loop_registry", how="reads", checked=VERL,
+         why="verl has no public lookup of its agent-loop registry; the start-up check confirms the seeded loop is in it")
+def registered_agent_loops() -> dict:
+    """verl's agent-loop registry: name -> config (``{"_target_": ...}``)."""
+    from verl.experimental.agent_loop import agent_loop
+
+    return agent_loop._agent_loop_registry
+
+
+# ------------------------------------------------------------------------------------------------ CPU platform
+
+
+@touches("verl.utils.attention_utils._fallback_unpad_input", how="reads", checked=VERL, optional=True,
+         why="present from verl 0.9.1: verl then falls back to pure torch without flash-attn itself")
+@touches("verl.utils.attention_utils._get_attention_functions", how="replaces", checked=VERL, params=(),
+         why="verl 0.9.0 imports flash_attn (CUDA wheels only) for its padding helpers, with no fallback")
+def padding_without_flash_attn(functions: tuple) -> bool:
+    """Give verl's padding helpers ``functions`` (index_first_axis, pad_input, rearrange, unpad_input) where verl would
+    import flash-attn without a fallback and flash-attn is absent; True when replaced."""
+    import importlib.util
+
+    import verl.utils.attention_utils as attention_utils
+
+    if hasattr(attention_utils, "_fallback_unpad_input") or importlib.util.find_spec("flash_attn") is not None:
+        return False
+    attention_utils._get_attention_functions = lambda: functions
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ tracking
+
+
+@touches("verl.trainer.ppo.v1.trainer_base.pprint", how="replaces", checked=VERL, params=(),
+         why="verl's v1 fit pretty-prints every validation metric (hundreds of lines); the recipe's console says it")
+@touches("verl.trainer.ppo.v1.trainer_base.Tracking", how="replaces", checked=VERL,
+         params=("project_name", "experiment_name", "default_backend", "config"),
+         why="verl's v1 fit builds its Tracking from this module global (no hook); the recipe's appends on resume")
+@contextlib.contextmanager
+def v1_tracking(open_tracking: Callable[[], Any]) -> Iterator[None]:
+    """While the block runs, verl's v1 ``fit`` opens ``open_tracking()`` as its tracker and logs its pretty-printed
+    validation dumps at DEBUG; verl's are put back afterwards."""
+    import verl.trainer.ppo.v1.trainer_base as trainer_base
+
+    verl_tracking, verl_pprint = trainer_base.Tracking, trainer_base.pprint
+    trainer_base.Tracking = lambda **_: open_tracking()
+    trainer_base.pprint = lambda text: logger.debug("%s", text)
+    try:
+        yield
+    finally:
+        trainer_base.Tracking, trainer_base.pprint = verl_tracking, verl_pprint
+
+
+# ------------------------------------------------------------------------------------------------ weight sync
+
+
+@touches("verl.checkpoint_engine.base.CheckpointEngineManager.update_weights", how="wraps", checked=VERL,
+         params=("global_steps",),
+         why="verl's trainers call it directly; the recipe runs the rollout's liveness probe beside it (on one manager)")
+def wrap_update_weights(checkpoint_manager: Any, wrap: Callable[[Callable], Callable]) -> Callable[[], None]:
+    """Make ``checkpoint_manager.update_weights`` (this one object, not the class) ``wrap(verl's)``; returns the
+    function that puts verl's back. Wrapping an already wrapped manager changes nothing."""
+    current = checkpoint_manager.update_weights
+    if getattr(current, "recipe_dapo_wrapped", None) is not None:
+        return lambda: None
+    wrapped = wrap(current)
+    wrapped.recipe_dapo_wrapped = current
+    checkpoint_manager.update_weights = wrapped
+
+    def restore() -> None:
+        if checkpoint_manager.__dict__.get("update_weights") is wrapped:
+            del checkpoint_manager.update_weights
+
+    return restore
+
+
+# ------------------------------------------------------------------------------------------------ v1 agent loop
+
+
+@touches(f"{AGENT_LOOP_WORKER_TQ}.__init__", how="copies", checked=VERL,
+         why="verl's __init__ uses zero-argument super(), which fails in a Ray worker for a subclass of its actor class")
+def init_agent_loop_worker_tq(worker: Any, *args, **kwargs) -> None:
+    """What verl's ``AgentLoopWorkerTQ.__init__`` does (its parent's ``__init__``, TransferQueue's client, the set of
+    background tasks), for a recipe subclass; the contract test compares this with verl's source."""
+    import transfer_queue as tq
+    from verl.experimental.agent_loop import AgentLoopWorker
+
+    AgentLoopWorker.__init__(worker, *args, **kwargs)
+    tq.init()
+    worker.background_tasks = set()
+
+
+declare(f"{AGENT_LOOP_WORKER_TQ}._run_agent_loop", how="overrides", checked=VERL,
+        params=("sampling_params", "trajectory"), where="recipe_dapo.trainers.v1.agent_loop._DAPOAgentLoopWorkerTQ",
+        why="the one place a session's exception is seen in the agent-loop worker; the recipe records its summary")
+
+
+# ------------------------------------------------------------------------------------------------ trainer hooks
+
+_CLASSIC_HOOKS = {
+    "_create_dataloader": ("overrides", ("train_dataset", "val_dataset", "collate_fn", "train_sampler"),
+                           "the recipe sizes the LR schedule in optimizer steps and groups validation copies"),
+    "_save_checkpoint": ("overrides", (), "the recipe's sampler state is written first, inside a guarded save"),
+    "_load_checkpoint": ("overrides", (), "the recipe's sampler state and dataloader position are restored"),
+    "_val_metrics_update": ("overrides", ("data_sources", "sample_uids", "reward_extra_infos_dict", "sample_turns"),
+                            "mean@k, pass@k, maj@k per source, over equal samples per problem"),
+    "_validate": ("calls", (), "validation generation and scoring"),
+    "_get_gen_batch": ("calls", ("batch",), "the generation columns of a prompt batch"),
+    "_compute_reward_colocate": ("calls", ("batch",), "a colocated reward model's scores"),
+    "_balance_batch": ("calls", ("batch", "metrics"), "tokens balanced across data-parallel ranks"),
+    "_compute_old_log_prob": ("calls", ("batch",), "the actor's log-probs of the rollouts"),
+    "_compute_ref_log_prob": ("calls", ("batch",), "the reference policy's log-probs"),
+    "_update_actor": ("calls", ("batch",), "the policy update"),
+    "_log_rollout_data": ("calls", ("batch", "reward_extra_infos_dict", "timing_raw", "rollout_data_dir"),
+                          "trainer.rollout_data_dir dumps"),
+    "_init_dump_executor": ("calls", (), "verl's generation-dump executor, reopened when fit starts"),
+    "_shutdown_dump_executor": ("calls", (), "verl's generation-dump executor, drained when fit ends"),
+}
+_V1_HOOKS = {
+    "_update_actor": ("overrides", ("batch", "metrics"),
+                      "overlong filtering masks truncated responses around verl's update; the update guard counts it"),
+    "_validate": ("overrides", (), "skipped once the run is pre-empted"),
+    "_compute_metrics": ("overrides", ("batch", "metrics", "timing_raw", "global_steps", "epoch"),
+                         "the response tokens that carried loss"),
+    "_val_metrics_update": ("overrides", ("data_sources", "sample_uids", "reward_extra_infos_dict", "sample_turns",
+                                          "expected_acc_counts"), "mean@k, pass@k, maj@k per source"),
+    "_save_checkpoint": ("overrides", (), "the replay buffer's state is written first, inside a guarded save"),
+    "_load_checkpoint": ("overrides", (), "the replay buffer's state is restored"),
+    "_restored_tq_prompt_count": ("reads", None, "how many prompts verl restored in flight from TransferQueue"),
+}
+for _name, (_how, _params, _why) in _CLASSIC_HOOKS.items():
+    declare(f"{CLASSIC}.{_name}", how=_how, checked=VERL, params=_params, why=_why, where=CLASSIC_ADAPTER)
+for _name, (_how, _params, _why) in _V1_HOOKS.items():
+    declare(f"{V1}.{_name}", how=_how, checked=VERL, params=_params, why=_why, where=V1_ADAPTER)
+
+HOOKS = {CLASSIC: tuple(_CLASSIC_HOOKS), V1: tuple(_V1_HOOKS), AGENT_LOOP_WORKER_TQ: ("_run_agent_loop", "__init__")}
+"""verl class -> its private names the recipe's subclasses use (the layout test checks the trainers use no other)."""
