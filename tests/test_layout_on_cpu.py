@@ -91,3 +91,182 @@ def test_setup_entry_points_name_modules_and_functions_that_exist():
             defined = {node.name for node in ast.parse(Path(spec.origin).read_text()).body
                        if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
             assert attribute in defined, f"setup.py entry point {module}:{attribute}: {module} defines no {attribute}"
+
+
+# ------------------------------------------------------------------------------------------------ import direction
+
+RECIPE_PACKAGES = sorted({path.parent.name for path in PACKAGE.glob("*/__init__.py")} | TOP_LEVEL - {"__init__"})
+
+GROUND = {"config", "dynamic_sampling", "overlong", "loss"}
+"""The algorithm's and the configuration's packages: the rest of the recipe builds on them."""
+BELOW_EVERYTHING = {"compat", "import_hooks"}
+"""The one door to other packages' internals and the post-import hooks: they import nothing of the recipe above."""
+ALLOWED_IMPORTS = {
+    **{package: GROUND | BELOW_EVERYTHING for package in GROUND},
+    "compat": {"compat"},
+    "import_hooks": {"compat", "import_hooks"},
+}
+"""package -> the recipe packages its modules may import (absent: any)."""
+FORBIDDEN_IMPORTS = {
+    "tracking": {"trainers", "preflight", "main_dapo", "dry_run", "report"},
+}
+"""package -> recipe packages its modules must not import (what a run shows sits below what runs it)."""
+
+
+def recipe_imports(source: str) -> set[str]:
+    """The recipe packages (or top-level modules) a module imports, at module level or inside functions."""
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module] if node.module != "recipe_dapo" else [f"recipe_dapo.{a.name}" for a in node.names]
+        else:
+            continue
+        imported.update(module.split(".")[1] for module in modules
+                        if module.startswith("recipe_dapo.") and len(module.split(".")) > 1)
+    return imported
+
+
+def import_direction_violations(package: str, source: str) -> list[str]:
+    imported = recipe_imports(source) - {package}
+    bad = set()
+    if package in ALLOWED_IMPORTS:
+        bad |= imported - ALLOWED_IMPORTS[package]
+    bad |= imported & FORBIDDEN_IMPORTS.get(package, set())
+    return sorted(bad)
+
+
+def package_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else path.stem
+
+
+def recipe_modules() -> list[Path]:
+    return sorted(path for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts)
+
+
+def test_ground_packages_and_tracking_import_nothing_above_them():
+    problems = []
+    for path in recipe_modules():
+        package = package_of(path)
+        for bad in import_direction_violations(package, path.read_text()):
+            problems.append(f"{path.relative_to(REPO_ROOT)} ({package}) imports recipe_dapo.{bad}")
+    assert problems == [], "imports that run upward (move what is shared into the lower package):\n" + "\n".join(problems)
+
+
+def test_the_import_direction_rules_flag_an_upward_import():
+    # Positive control: the rules above see a violation, at module level and inside a function.
+    assert import_direction_violations("tracking", "from recipe_dapo.trainers.step_metrics import STEP_TIME\n") == [
+        "trainers"]
+    assert import_direction_violations("dynamic_sampling", "def f():\n    import recipe_dapo.tracking.console\n") == [
+        "tracking"]
+    assert import_direction_violations("loss", "from recipe_dapo import preflight\n") == ["preflight"]
+    assert import_direction_violations("config", "from recipe_dapo.dynamic_sampling import DynamicSamplingConfig\n") == []
+    assert set(GROUND) | set(FORBIDDEN_IMPORTS) <= set(RECIPE_PACKAGES)
+
+
+# ------------------------------------------------------------------------------------------------ other packages' internals
+
+DOCUMENTED_PRIVATE = {"os._exit": "Python documents it as the way a forked child (or a process that must not run exit "
+                                  "handlers) exits"}
+"""Private-looking names of other packages that their documentation makes public."""
+DOCUMENTED_ASSIGNABLE = {"sys.stdout", "sys.stderr"}
+"""Module attributes that their documentation says a program may replace."""
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def reaches_into_other_packages(source: str) -> list[str]:
+    """Where a module touches another package's private names or replaces its module attributes (``recipe_dapo/compat``
+    is where that belongs): private imports, ``mod._x`` on a name imported from another package, assignments to an
+    imported module's or class's attributes, and ``setattr`` on them."""
+    tree = ast.parse(source)
+    bound: dict[str, str] = {}  # local name -> the dotted module path or object it stands for
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "recipe_dapo":
+                    continue
+                if any(_private(part) for part in alias.name.split(".")):
+                    found.append(f"line {node.lineno}: import {alias.name}")
+                bound[alias.asname or alias.name.split(".")[0]] = alias.asname and alias.name or alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module != "__future__":
+            if node.module.split(".")[0] == "recipe_dapo":
+                continue
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                if any(_private(part) for part in dotted.split(".")):
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+                bound[alias.asname or alias.name] = dotted
+
+    def dotted_name(node) -> str | None:
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name) and node.id in bound:
+            return ".".join([bound[node.id], *reversed(parts)])
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            dotted = dotted_name(node)
+            if dotted and _private(node.attr) and dotted not in DOCUMENTED_PRIVATE:
+                found.append(f"line {node.lineno}: {dotted}")
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        for target in targets:
+            for element in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                dotted = dotted_name(element) if isinstance(element, ast.Attribute) else None
+                if dotted and dotted not in DOCUMENTED_ASSIGNABLE:
+                    found.append(f"line {node.lineno}: replaces {dotted}")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr")
+                and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in bound):
+            found.append(f"line {node.lineno}: {node.func.id} on {bound[node.args[0].id]}")
+    return sorted(set(found), key=lambda line: int(line.split(":")[0].split()[1]))
+
+
+def test_outside_compat_no_module_touches_another_packages_private_names():
+    problems = []
+    for path in recipe_modules():
+        if package_of(path) == "compat":
+            continue
+        problems += [f"{path.relative_to(REPO_ROOT)} {where}" for where in reaches_into_other_packages(path.read_text())]
+    assert problems == [], ("reaches into other packages outside recipe_dapo/compat (move each behind a function there, "
+                            "declared with @touches):\n" + "\n".join(problems))
+
+
+def test_the_internals_scan_flags_private_access_and_patching():
+    # Positive control: each kind of reach the scan exists to find.
+    source = (
+        "import os, sys\n"
+        "import ray._private.utils as ray_utils\n"
+        "import torch.distributed as dist\n"
+        "import verl.trainer.ppo.v1.trainer_base as base\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+        "from verl.trainer.ppo.ray_trainer import RayPPOTrainer\n"
+        "import transfer_queue as tq\n"
+        "def f(self):\n"
+        "    RayPPOTrainer._save_checkpoint(self)\n"
+        "    dist.init_process_group = None\n"
+        "    base.Tracking, base.pprint = None, None\n"
+        "    setattr(tq, 'kv_put', None)\n"
+        "    sys.stderr = None\n"
+        "    os._exit(0)\n"
+    )
+    assert {line.split(": ", 1)[1] for line in reaches_into_other_packages(source)} == {
+        "import ray._private.utils",
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry",
+        "verl.trainer.ppo.ray_trainer.RayPPOTrainer._save_checkpoint",
+        "replaces torch.distributed.init_process_group",
+        "replaces verl.trainer.ppo.v1.trainer_base.Tracking",
+        "replaces verl.trainer.ppo.v1.trainer_base.pprint",
+        "setattr on transfer_queue",
+    }

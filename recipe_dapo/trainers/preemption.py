@@ -243,7 +243,7 @@ class DriverGuard:
             return None
 
     def resume_line(self) -> str:
-        from recipe_dapo.trainers.checkpoint_state import latest_checkpoint
+        from recipe_dapo.tracking.checkpoint_folders import latest_checkpoint
 
         return self.resume_hint(latest_checkpoint(self.checkpoint_dir))
 

@@ -17,18 +17,25 @@ import logging
 import math
 from typing import Any, Mapping
 
+# The metrics' names live below the trainers, where the console and the report read them too.
+from recipe_dapo.tracking.metric_names import (  # noqa: F401  (re-exported: the trainers' and tests' spelling)
+    ENTROPY,
+    GEN_TIME,
+    GEN_TIMER,
+    GRAD_NORM,
+    RESPONSE_LENGTH_CLIP_RATIO,
+    RESPONSE_LENGTH_MEAN,
+    RESPONSE_TOKENS_METRIC,
+    SKIPPED_UPDATES,
+    STEP_TIME,
+    STEP_TIMER,
+    TESTING_TIMER,
+    TIMING_PREFIX,
+    UPDATE_SKIPPED,
+    VALIDATION_TIME,
+)
+
 logger = logging.getLogger(__name__)
-
-RESPONSE_TOKENS_METRIC = "training/response_tokens"
-GEN_TIMER, STEP_TIMER, TESTING_TIMER = "gen", "step", "testing"
-
-# verl's names for what the console and the run report show (verl.trainer.ppo.metric_utils and its actor; verl has
-# no constants for them).
-ENTROPY = "actor/entropy"
-RESPONSE_LENGTH_MEAN = "response_length/mean"
-RESPONSE_LENGTH_CLIP_RATIO = "response_length/clip_ratio"
-TIMING_PREFIX = "timing_s/"
-STEP_TIME, GEN_TIME, VALIDATION_TIME = (TIMING_PREFIX + name for name in (STEP_TIMER, GEN_TIMER, TESTING_TIMER))
 
 
 def scored_round_metrics(scored_columns: Mapping[str, Any]) -> dict[str, float]:
@@ -38,12 +45,6 @@ def scored_round_metrics(scored_columns: Mapping[str, Any]) -> dict[str, float]:
 
     return {**reward_metrics(scored_columns), **overlong_metrics(scored_columns)}
 
-
-GRAD_NORM = "actor/grad_norm"
-UPDATE_SKIPPED = "training/update_skipped"
-"""1.0 when verl skipped the step's optimizer update (or one of its mini-batches') for a non-finite gradient norm."""
-SKIPPED_UPDATES = "training/skipped_updates"
-"""Steps so far whose update verl skipped, over the whole run (restored with the trainer's checkpoint)."""
 
 
 class NonFiniteUpdates(RuntimeError):
