@@ -43,7 +43,7 @@ from recipe_dapo.dynamic_sampling.sampler import GENERATED_TOKENS, KEEP_RATE, NU
 from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
 from recipe_dapo.reward.metrics import ACC_MEAN
 from recipe_dapo.tracking.noise import RecipeLineFormatter
-from recipe_dapo.trainers.step_metrics import (
+from recipe_dapo.tracking.metric_names import (
     RESPONSE_LENGTH_CLIP_RATIO,
     RESPONSE_LENGTH_MEAN,
     RESPONSE_TOKENS_METRIC,
@@ -152,7 +152,7 @@ def _duration(seconds: float) -> str:
 def latest_checkpoint(checkpoint_dir: Optional[str]) -> Optional[str]:
     """The ``global_step_*`` folder verl's tracker file points to, if any (read directly: verl's finder prints
     ``Checkpoint tracker file does not exist`` when there is none yet)."""
-    from recipe_dapo.trainers.checkpoint_state import latest_checkpoint as from_tracker_file
+    from recipe_dapo.tracking.checkpoint_folders import latest_checkpoint as from_tracker_file
 
     return from_tracker_file(checkpoint_dir)
 
