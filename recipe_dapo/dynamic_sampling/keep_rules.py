@@ -15,7 +15,7 @@ Whatever the rule, a group of one response is kept (its spread is undefined, not
 - ``spread`` (default, the paper's eq. 11): the metric is not the same for every response of the group;
 - ``band``: a band-pass on the group's success rate (the fraction of responses whose metric is above 0: for
   ``acc`` the group mean, for ``score`` the fraction right), ``low <= rate <= high``, among groups with spread
-  (verl issue #2791 asks for keep 0.2-0.8);
+  (for example keep 0.2-0.8, a band verl users ask for);
 - ``min_std``: the metric's standard deviation within the group (population, ddof=0) is at least ``min_std``,
   among groups with spread.
 
