@@ -124,7 +124,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         """The base counts steps in dataloader batches; DAPO counts optimizer steps of train_batch_size prompts.
 
         A step may consume several generation rounds, so "one epoch" of training steps is the dataset size
-        divided by the training batch, and the LR schedule is sized in those steps (verl issue #991).
+        divided by the training batch, and the LR schedule is sized in those steps.
         """
         super()._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         if self.config.trainer.total_training_steps is None:
