@@ -8,7 +8,7 @@ Layout: one *template* process imports math-verify once (about 0.5-2 s, more und
 forks *checkers* on request, so a checker is ready in milliseconds (copy-on-write) whenever one is needed:
 
 - up to ``max_checkers`` checkers answer in parallel, one check at a time each, so threads of this process
-  do not queue behind one another (issue 19: 14.7 s worst call with 4 threads on one checker);
+  do not queue behind one another (with 4 threads on one checker, the worst call took 14.7 s);
 - a checker that runs past the limit is killed and the next check forks a fresh one from the template,
   which never runs a check itself: no check waits for a replacement to import math-verify (no cascade of
   time-outs after one hard answer);
