@@ -1,4 +1,4 @@
-"""Keep rules (issue 20): the registry, each rule's decision, argument checks, and selection by config."""
+"""Keep rules: the registry, each rule's decision, argument checks, and selection by config."""
 
 from __future__ import annotations
 
