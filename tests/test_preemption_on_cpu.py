@@ -1,4 +1,4 @@
-"""SIGTERM to the driver while the run starts (issue 26 item 4): the launch stops at once, non-zero, even inside
+"""SIGTERM to the driver while the run starts: the launch stops at once, non-zero, even inside
 ``ray.init`` (where Ray's own handler raises ``SystemExit(15)``, which ``ray.init`` swallows: the run then trained on).
 
 Starts a real single-node Ray for a few seconds (run it under ``flock /tmp/train.lock`` beside other Ray users). The
