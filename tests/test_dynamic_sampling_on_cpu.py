@@ -1,4 +1,4 @@
-"""Dynamic sampling (DAPO section 3.2, issue 6): group statistics, keep decision, carry-over buffer, round
+"""Dynamic sampling (DAPO section 3.2): group statistics, keep decision, carry-over buffer, round
 sizing, exhaustion policy, per-step metrics, config validation, prompt stream and state_dict resume.
 
 Payloads are real verl ``DataProto``s (through ``DATAPROTO_OPS``) so that what the trainer will pass is what
