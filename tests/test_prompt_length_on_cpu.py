@@ -1,4 +1,4 @@
-"""Prompts over the limit are refused (or dropped, counted) at start-up, never silently cut (issue 17, item 1).
+"""Prompts over the limit are refused (or dropped, counted) at start-up, never silently cut.
 
 Counts are checked against verl's own code (the agent loop's token builder, RLHFDataset's filter) and on the
 real DAPO-Math-17k prompts with the Qwen2.5 tokenizer when the shared data are present.
