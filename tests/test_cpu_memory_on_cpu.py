@@ -1,4 +1,4 @@
-"""The CPU run sizes vLLM's KV cache in GiB from its shapes and checks free memory first (issue 17, item 4).
+"""The CPU run sizes vLLM's KV cache in GiB from its shapes and checks free memory first.
 
 Before: ``platform/cpu.yaml`` set ``gpu_memory_utilization: 0.3``, which vLLM-CPU reads as 30% of the host's
 memory (refusing to start on a busy machine, ~150 GB on a 512 GB host).
