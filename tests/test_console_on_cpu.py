@@ -1,4 +1,4 @@
-"""The console of a run: a short line per step and per validation, a summary at the end (issue 17, item 5).
+"""The console of a run: a short line per step and per validation, a summary at the end.
 
 The metrics are shaped like a real step's (numpy scalars, ~200 keys); the backend runs inside verl's real
 ``Tracking`` (``DAPOTracking``) next to the metrics file, which still receives every metric.
