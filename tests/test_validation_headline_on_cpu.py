@@ -1,4 +1,4 @@
-"""The validation headline ``val-core/<source>/acc/mean@k`` covers every problem (issue 17, item 3).
+"""The validation headline ``val-core/<source>/acc/mean@k`` covers every problem.
 
 Runs verl's real ``RayPPOTrainer._val_metrics_update`` (through ``RayDAPOTrainer``) on the shape of the
 default run's validation: 31 problems validated with n = 4, one of which appears twice in the file, so
