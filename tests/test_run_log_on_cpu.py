@@ -1,6 +1,6 @@
-"""A resume keeps everything the run logged (issue 17, item 2), through verl's real ``Tracking``.
+"""A resume keeps everything the run logged, through verl's real ``Tracking``.
 
-The scenario of the issue: a run logs steps 0 (validation) to 3, saves its checkpoint at step 2 and is
+The scenario: a run logs steps 0 (validation) to 3, saves its checkpoint at step 2 and is
 killed after logging step 3; the resumed process starts from the step-2 checkpoint, validates at step 2
 (val_before_train) and logs steps 3 and 4 again.
 """
