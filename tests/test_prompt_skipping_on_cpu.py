@@ -1,4 +1,4 @@
-"""Pre-rollout prompt skipping (issue 20): the skip rule, its bound, the adaptation of the exploration probability,
+"""Pre-rollout prompt skipping: the skip rule, its bound, the adaptation of the exploration probability,
 resume, metrics, prompt keys, and the sampler's invariants with skipping on.
 
 The skipper is tested alone (keys in, decisions out) and through ``collect_step`` with numpy payloads (a
