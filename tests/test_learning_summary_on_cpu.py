@@ -58,7 +58,7 @@ def test_load_run_reads_validation_before_training_and_places_it_at_zero_tokens(
     assert np.isnan(f["clipfrac_high_mean"])
 
 
-# ----------------------------------------------------------------------------- the prompt-skipping pair (issue 20)
+# ----------------------------------------------------------------------------- the prompt-skipping pair
 
 run_learning = pytest.importorskip("run_learning")
 SKIP = "dynamic_sampling/skip/"
