@@ -454,7 +454,7 @@ def test_updates_skipped_in_a_row_stop_the_run_saying_what_to_check(tmp_path, in
     assert trainer.global_steps == 2
 
 
-# ------------------------------------------------------------------------------------------- faults (issue 26)
+# ------------------------------------------------------------------------------------------- faults
 
 
 class SignalAfter:
