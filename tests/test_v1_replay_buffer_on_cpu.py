@@ -242,7 +242,7 @@ def test_a_step_reports_the_trainers_transferqueue_time_and_its_poll_waits(trans
 #
 # verl's agent loop marks a group ``failure`` when a session raises and the buffer drops and refills it: with a dead
 # engine every refill fails too, and a dead agent-loop worker never marks its groups at all. Both used to leave
-# ``sample`` waiting (issue 26: 4 minutes of nothing after kill -9 of VLLM::EngineCore on the v1 trainer).
+# ``sample`` waiting (4 minutes of nothing after kill -9 of VLLM::EngineCore on the v1 trainer, before).
 
 BOUND_S = 20.0  # seconds from the first submit to the error; today's code never returns
 
