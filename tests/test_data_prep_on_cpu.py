@@ -34,7 +34,7 @@ from conftest import REPO_ROOT, SHARED  # noqa: E402
 
 needs_shared = pytest.mark.skipif(SHARED is None, reason="shared data not found at ../shared/data or $SHARED_DATA_DIR")
 
-# Row counts published for each set (issue 7): DAPO-Math-17k has 17,917 problems (17,290 distinct texts:
+# Row counts published for each set: DAPO-Math-17k has 17,917 problems (17,290 distinct texts:
 # distinct problems may share a text, so deduplication is by problem id, see recipe_dapo.data.convert).
 PUBLISHED_ROW_COUNTS = {
     "dapo-math-17k": 17_917,
@@ -215,7 +215,7 @@ def test_ground_truths_are_normalised_to_one_spelling(raw, expected):
     "raw", ["025", "-007", "+3", "-0", "1,319", "-1,319.5", "1,000,000", "0,111", "1,5", "12,3456", "1{,}319"]
 )
 def test_the_verifier_spells_integers_and_grouped_numbers_as_the_converters_do(raw):
-    # issue 24: one implementation of these rules (recipe_dapo.data.answers), used by both
+    # One implementation of these rules (recipe_dapo.data.answers), used by both
     from recipe_dapo.reward import normalize_answer
 
     assert normalize_answer(raw) == normalize_ground_truth(raw)
@@ -280,7 +280,7 @@ def test_missing_column_names_the_file_and_the_column(tmp_path):
         (lambda r: r["reward_model"].update(ground_truth=None), "reward_model.ground_truth", "ground truth is missing"),
         (lambda r: r["reward_model"].update(ground_truth=" "), "reward_model.ground_truth", "ground truth is empty"),
         (lambda r: r.update(data_source=""), "data_source", "non-empty string"),
-        # issue 26 item 7: a missing answer written as text, and prompts verl's chat template misreads
+        # A missing answer written as text, and prompts verl's chat template misreads
         (lambda r: r["reward_model"].update(ground_truth="nan"), "reward_model.ground_truth", "'nan' (a missing value"),
         (lambda r: r["reward_model"].update(ground_truth=" None "), "reward_model.ground_truth", "' None ' (a missing"),
         (lambda r: r["reward_model"].update(ground_truth="NULL"), "reward_model.ground_truth", "'NULL' (a missing"),
