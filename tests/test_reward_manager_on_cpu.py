@@ -347,7 +347,7 @@ def streamed_sample(tokenizer, response_ids: list[int], ground_truth) -> DataPro
 
 
 def test_an_answer_far_from_the_end_is_found_by_decoding_the_whole_response(tokenizer, base_config):
-    # issue 19 kind 6: the manager decodes the last TAIL_CHARS characters first; with no answer there it
+    # The manager decodes the last TAIL_CHARS characters first; with no answer there it
     # must decode the rest instead of scoring "no answer".
     manager = get_reward_manager_cls("recipe_dapo")(base_config, tokenizer, compute_score=None)
     text = "Answer: 42\n" + "Let me double-check everything once more. " * 120  # ~5,000 characters after it
@@ -378,7 +378,7 @@ def test_without_math_verify_the_manager_warns_at_start_up_and_counts_skipped_an
 def test_custom_function_time_outs_and_exceptions_are_logged_at_a_bounded_rate(
     tokenizer, base_config, tmp_path, caplog
 ):
-    # issue 17 item 6: time-outs were counted but never logged; every exception logged a full traceback
+    # Time-outs were counted but never logged; every exception logged a full traceback
     from recipe_dapo.reward import manager as manager_module
 
     module = tmp_path / "slow_reward.py"
@@ -452,7 +452,7 @@ HANGING_REWARD = """
 
 
 def test_custom_functions_that_hang_never_starve_decoding_and_every_sample_is_scored(tokenizer, base_config, tmp_path):
-    # issue 26 item 1: a timed-out call used to keep its thread in the event loop's default executor; with more
+    # A timed-out call used to keep its thread in the event loop's default executor; with more
     # hanging samples than that executor has threads, the good samples queued behind them timed out too, and the
     # next step's decoding waited behind them for good: the run stalled.
     release = tmp_path / "release"
@@ -487,7 +487,7 @@ def test_custom_functions_that_hang_never_starve_decoding_and_every_sample_is_sc
 
 
 def test_non_finite_scores_count_as_failures_scored_minus_one(tokenizer, base_config, tmp_path, caplog):
-    # issue 26 item 3: a NaN reward reached the advantages and poisoned the whole batch silently
+    # A NaN reward reached the advantages and poisoned the whole batch silently
     from recipe_dapo.reward import manager as manager_module
 
     manager_module._non_finite_scores.count = 0  # the first few are logged in detail
