@@ -1,5 +1,5 @@
 """The DAPO answer verifier: extraction and normalisation rules on golden cases, the +1/-1 contract of
-``compute_score``, the optional symbolic step and its time limit, and the robustness cases of issue 5."""
+``compute_score``, the optional symbolic step and its time limit, and its robustness cases."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_extract_answer_reads_last_answer_line_then_last_box(response, expected)
 
 
 def test_extract_answer_finds_an_answer_followed_by_much_more_text():
-    # issue 19 kind 6: an answer followed by more than TAIL_CHARS characters was not found
+    # An answer followed by more than TAIL_CHARS characters was not found
     assert extract_answer("Answer: 1\n" + "x" * (10 * TAIL_CHARS)) == "1"
     assert extract_answer("so $\\boxed{3}$.\n" + "Checking again. " * 2000) == "3"
     assert extract_answer("y" * 100_000 + "\nAnswer: 5") == "5"
@@ -61,22 +61,22 @@ def test_extract_answer_finds_an_answer_followed_by_much_more_text():
 @pytest.mark.parametrize(
     "response, expected",
     [
-        # issue 19 kind 2: an answer line written as a sentence
+        # an answer line written as a sentence
         ("\\boxed{14400}\nFinal Answer: The final answer is 14400. I hope it is correct.", "14400"),
         ("Answer: The largest $n$ is 34.", "34"),
         ("Answer: Therefore $x \\geq 5$ is the solution.", "x>=5"),
         ("Answer: the number is not 10 which is 1,000.99", "1000.99"),
-        # issue 19 kind 3: "answer:" inside a sentence after the final box does not take over; a line does
+        # "answer:" inside a sentence after the final box does not take over; a line does
         ("$\\boxed{7}$. Let me double check the answer: substituting back, it works.", "7"),
         ("$\\boxed{7}$.\nAnswer: 8", "8"),
         ("The sum is $10,200 + 255 = 10,455$. Final Answer: The final answer is $10,455$.", "10455"),
-        # issue 19 kind 4: several boxes in one list
+        # several boxes in one list
         ("The solutions are $\\boxed{1},\\boxed{2},\\boxed{3}$.", "1,2,3"),
         ("$\\boxed{-2} \\quad \\text{and} \\quad \\boxed{1}$", "-2,1"),
         ("\\boxed{1} then \\boxed{2}", "2"),  # text between: only the last box
         # chat special tokens end the response
         ("Answer: 5\n<|im_start|>user\nAnswer: 6", "5"),
-        # issue 19 kind 9: invisible characters, emoji, \cfrac, units in \text
+        # invisible characters, emoji, \cfrac, units in \text
         ("Answer: 42\u200b", "42"),
         ("Answer: 42 \U0001F389", "42"),
         ("Answer: \\cfrac{1}{3}", "\\frac{1}{3}"),
@@ -209,7 +209,7 @@ def test_arithmetic_evaluate_is_exact_when_it_can_be_and_gives_up_outside_its_bo
         ("Answer: 7", np.int64(7), True, "exact"),  # numpy scalar from a parquet column
         ("I cannot solve it.", "7", False, "no_answer"),
         ("Answer: $$", "7", False, "no_answer"),
-        # issue 19 kind 1: decided without math-verify
+        # decided without math-verify
         ("Answer: (1,4.5)", "(1,\\frac{9}{2})", True, "list"),
         ("Answer: x + x", "2x", True, "identity"),
         ("Answer: (x+1)^2", "x^2+2x+1", True, "identity"),
@@ -218,14 +218,14 @@ def test_arithmetic_evaluate_is_exact_when_it_can_be_and_gives_up_outside_its_bo
         ("Answer: (2, 1)", "(1, 2)", False, "list"),  # tuples are ordered
         ("Answer: [0, 9)", "(0, 9)", False, "list"),  # so are the brackets of intervals
         ("Answer: \\pi/2", "\\frac{\\pi}{2}", True, "numeric"),
-        # equations: "v = value" is its value; a real equation is not its right-hand side (issue 19 kind 7)
+        # equations: "v = value" is its value; a real equation is not its right-hand side
         ("Answer: x = 5", "5", True, "exact"),
         ("Answer: 5", "y = 5", True, "exact"),
         ("Answer: 3 + 4 = 7", "7", True, "exact"),
         ("Answer: x = 2 + 3 = 5", "5", True, "exact"),
         ("Answer: x\\approx 11", "11", True, "exact"),
         ("Answer: 11a+c", "7 = 11a+c", False, "mismatch"),
-        # issue 19 kind 10: long decimals are approximations; short ones and exact ones are not
+        # long decimals are approximations; short ones and exact ones are not
         ("Answer: 0.0833333333333333", "\\frac{1}{12}", True, "approximate"),
         ("Answer: 0.3333333", "\\frac13", True, "approximate"),
         ("Answer: 1.41421356", "\\sqrt{2}", True, "approximate"),
@@ -236,7 +236,7 @@ def test_arithmetic_evaluate_is_exact_when_it_can_be_and_gives_up_outside_its_bo
         ("Answer: $\\boxed{-7}$.", "-7", True, "exact"),
         ("Answer: \\boxed{8}", "$8$", True, "exact"),
         ("Answer: $\\boxed{9}", "9", True, "exact"),  # unbalanced wrappers take the normal rules
-        # issue 19 section 5: "\begin{pmatrix}" and "\end{pmatrix}" made a ground truth written without "$"
+        # "\begin{pmatrix}" and "\end{pmatrix}" made a ground truth written without "$"
         # a sentence of two words ("pmatrix" twice), cut to its last number "3"; environment names are not words
         ("Answer: $\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}$", "\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}",
          True, "exact"),
@@ -270,7 +270,7 @@ def test_verify_works_without_math_verify_installed_and_flags_what_it_skipped(mo
     assert verify("Answer: \\sqrt{3}/2", "\\frac{\\sqrt{3}}{2}").method == "numeric"
 
 
-# Wrong answers that a looser rule would accept (issue 19 kinds 7, 8, 10 and their classes): they must stay
+# Wrong answers that a looser rule would accept (equations, huge powers, decimals and their kin): they must stay
 # wrong with and without the symbolic step. A false positive teaches the policy to cheat.
 FALSE_POSITIVE_TRAPS = [
     ("Answer: 0", "a + 3z = 0"),  # an equation is not its right-hand side
@@ -286,7 +286,7 @@ FALSE_POSITIVE_TRAPS = [
     ("Answer: (1, 2)", "(1, 2]"),
     ("Answer: $\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}$", "\\begin{pmatrix} -1/3 \\\\ 5/3 \\end{pmatrix}"),
     ("Answer: 3", "\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}"),  # was this ground truth's "answer"
-    # each of the next three was scored right before the fix next to it (issue 19, suite mathverify_*)
+    # each of the next three was scored right before the fix next to it (suite mathverify_*)
     ("Answer: 0,111", "111"),  # "0,111" is no thousands separator (a decimal comma or a list)
     ("Answer: \\frac{14}{3}", "x = -5, p = \\frac{14}{3}"),  # a list of equations, not x = (-5, p) = 14/3
     ("Answer: 2", "\\boxed{1} papers and \\boxed{2} bins"),  # the ground truth is the list 1, 2
@@ -347,7 +347,7 @@ def test_wrong_answers_that_look_right_stay_wrong(response, ground_truth, symbol
     ],
 )
 def test_a_malformed_ground_truth_is_an_error_that_names_the_problem(ground_truth, error, caplog):
-    # issue 17 item 6: a dict ground truth scored -1 with an empty error, like a wrong answer
+    # A dict ground truth scored -1 with an empty error, like a wrong answer
     with caplog.at_level("WARNING", logger="recipe_dapo.reward.verifier"):
         result = compute_score("math_dapo", "Answer: 42", ground_truth)
     assert (result["score"], result["acc"], result["pred"]) == (-1.0, False, "42")
@@ -472,7 +472,7 @@ def test_concurrent_calls_from_a_thread_pool_like_verls_reward_loop_all_return()
 
 @needs_math_verify
 def test_a_symbolic_time_out_is_never_cached_as_an_answer(monkeypatch):
-    # issue 19 kind 5: a time-out (say under CPU load) was cached as "wrong" for the rest of the process
+    # A time-out (say under CPU load) was cached as "wrong" for the rest of the process
     real = symbolic.SymbolicChecker.equivalent
     calls = []
 
@@ -493,7 +493,7 @@ def test_a_symbolic_time_out_is_never_cached_as_an_answer(monkeypatch):
 
 @needs_math_verify
 def test_after_a_killed_check_the_next_easy_check_needs_no_restart_of_math_verify():
-    # issue 19 kind 5: the replacement of a killed checker was still importing math-verify, so the next easy
+    # The replacement of a killed checker was still importing math-verify, so the next easy
     # check timed out too (a cascade). Checkers are forked from a template that imported it once.
     checker = symbolic.default_checker()
     assert verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30).correct  # warm
@@ -510,7 +510,7 @@ def test_after_a_killed_check_the_next_easy_check_needs_no_restart_of_math_verif
 
 @needs_math_verify
 def test_threads_do_not_queue_behind_a_hard_check_and_every_call_stays_within_its_limit():
-    # issue 19 kind 5: 4 threads on one checker waited for each other (14.7 s worst call against a 2 s limit)
+    # 4 threads on one checker waited for each other (14.7 s worst call against a 2 s limit)
     symbolic.default_checker()
     verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30)  # warm
     verifier.clear_symbolic_cache()
@@ -533,7 +533,7 @@ def test_threads_do_not_queue_behind_a_hard_check_and_every_call_stays_within_it
 
 @needs_math_verify
 def test_the_time_limit_covers_the_whole_call_not_only_the_symbolic_step(monkeypatch):
-    # issue 19: the symbolic step had the whole limit to itself, so time spent before it (extraction, the
+    # The symbolic step had the whole limit to itself, so time spent before it (extraction, the
     # rules, waiting for the GIL) made calls end late. Golden: 0.4 s before it + a runaway check must still
     # end within 1.0 s (it ended at 0.4 + 1.0 - 0.05 = 1.35 s before).
     verify("Answer: 2\\sin(x)\\cos(x)", "\\sin(2x)", timeout_s=30)  # warm
@@ -556,7 +556,7 @@ def test_the_time_limit_covers_the_whole_call_not_only_the_symbolic_step(monkeyp
     ],
 )
 def test_the_fast_last_line_path_gives_what_the_general_rules_give(body, last_line):
-    # The DAPO format "Answer: X" on the last line is read at once (issue 19 throughput); it must agree with
+    # The DAPO format "Answer: X" on the last line is read at once (throughput); it must agree with
     # the general rules (the tail window, then the whole response) on every ending, taken or not.
     response = body + last_line
     general = verifier._extract(verifier._before_special_tokens(response))[0]
