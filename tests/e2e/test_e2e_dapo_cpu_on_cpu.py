@@ -156,7 +156,7 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
       (``dynamic_sampling/in_flight_prompts``), and step 2's checkpoint holds the sampler's state beside verl's
       TransferQueue snapshot;
     - a dying engine: its vLLM engine process is killed (kill -9) during step 3, and the run ends within seconds with
-      one line naming what died and the end-of-run summary (issue 26 item 2), where verl's v1 loop alone waits forever.
+      one line naming what died and the end-of-run summary, where verl's v1 loop alone waits forever.
 
     verl v1's streaming refills depend on the order in which groups finish, so the steps are not compared with the
     uninterrupted run."""
@@ -167,7 +167,7 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
     run.wait_for("step 2/3")
     engines = run.descendants_named("EngineCore")
     assert engines, "no vLLM EngineCore process under the driver"
-    for engine in engines:  # issue 26 item 2: the engine dies under a running v1 step
+    for engine in engines:  # the engine dies under a running v1 step
         engine.kill()
     returncode, took = run.end(timeout=300)
     console = run.console()
@@ -201,7 +201,7 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
 
 
 def test_sigterm_to_a_resumed_run_saves_the_state_the_uninterrupted_run_saved(classic_run, tmp_path, default_assets):
-    """One launch for the classic trainer's resume and its pre-emption (issue 26 item 4). A copy of the classic run as
+    """One launch for the classic trainer's resume and its pre-emption. A copy of the classic run as
     a kill after step 1 left it, resumed:
 
     - the steps after step 1 train on exactly the prompts the uninterrupted classic run trained on, with the same
