@@ -230,7 +230,7 @@ CURATED = [
     ("missing", "I am not sure.", "42", False),
     ("missing", "Answer:", "42", False),
     ("missing", "The result follows from $\\frac{1}{2}$", "\\frac{1}{2}", False),
-    ("far answer", "Answer: 42\n" + "Let me double-check everything once more. " * 80, "42", True),  # issue 19
+    ("far answer", "Answer: 42\n" + "Let me double-check everything once more. " * 80, "42", True),  # an answer far from the end
 ]
 
 
