@@ -15,7 +15,7 @@ Columns: ideal = generated/qualifying; gen/trained; ratio = (gen/trained)/ideal;
 (run-end leftovers count as unused); rounds/step (mean, max); prompts per round; stale% = trained groups
 generated in an earlier step; dropped = qualifying groups discarded.
 
-The second table (issue 20) asks whether pre-rollout skipping (``dapo.dynamic_sampling.skip``) generates less
+The second table asks whether pre-rollout skipping (``dapo.dynamic_sampling.skip``) generates less
 than filtering after the fact. Prompts are a fixed data set whose difficulty persists and drifts: prompt i's pass
 rate is sigmoid(skill(t) - d_i + w_i(t)), d_i ~ N(0, 3^2) fixed, w_i a random walk (sd 1 over the run), and the
 policy's skill(t) moves linearly (hard->easy: from -2, where 35% of groups are all wrong, to 3.5, where about half
@@ -141,7 +141,7 @@ def simulate(distribution: tuple, scheme: dict, steps: int, seed: int) -> RunSum
     )
 
 
-# ----------------------------------------------------------------------------- prompt skipping (issue 20)
+# ----------------------------------------------------------------------------- prompt skipping
 
 
 @dataclass(frozen=True)
