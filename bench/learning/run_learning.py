@@ -32,7 +32,7 @@ warm-up; each training runs under ``nice -n 19`` in its own folder with its own 
 Outputs: runs/learning/<arm>_s<seed>/{metrics.jsonl,train.log}, docs/learning/learning_curves.png,
 docs/learning/results.md.
 
-``--pair skip`` (issue 20) compares prompt skipping on against off instead: arms ``dapo`` (the recipe's defaults,
+``--pair skip`` compares prompt skipping on against off instead: arms ``dapo`` (the recipe's defaults,
 skipping off) and ``dapo_skip`` (the same plus ``SKIP``), two seeds, at an equal generated-token budget: ``dapo`` runs
 ``--dapo-steps`` steps, and ``dapo_skip`` then trains until it has generated as many tokens (it generates fewer per
 step). It first runs as many steps as ``dapo``, saving a checkpoint at the end; if its tokens fall short, it resumes
