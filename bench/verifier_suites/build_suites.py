@@ -20,7 +20,7 @@ Suites (one JSON object per line: ``suite``, ``response``, ``ground_truth``, ``l
 - ``dapo_formats``: DAPO-Math-17k ground truths (``/work/shared/data/dapo-math-17k``, from
   BytedTsinghua-SIA/DAPO-Math-17k) written in 20 right forms and 6 wrong ones, as a DAPO response ends.
 
-``verl_reward_tests.jsonl`` and ``issue19_cases.jsonl`` are written by hand (see their ``source`` fields).
+``verl_reward_tests.jsonl`` and ``answer_format_cases.jsonl`` are written by hand (see their ``source`` fields).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ NON_DEFAULT_TESTS = {"test_set_rel_assymetry", "test_float_precision", "test_sqr
 MODEL_OUTPUT_FILES = {"test_boxed.py", "test_numina_cases.py", "test_open_thoughts.py", "test_yujianll.py"}
 # Upstream expectations that are mathematically wrong (math-verify tests its own behaviour); label fixed here.
 RELABELLED = {("$1 - \\frac{1}{\\mathrm{e}}$", "$1 + \\frac{1}{\\mathrm{e}}$"): False}
-# Cases recipe_dapo leaves as misses on purpose (issue 19): (gold, a piece of the prediction) -> note.
+# Cases recipe_dapo leaves as misses on purpose: (gold, a piece of the prediction) -> note.
 NOTES = [
     ("1000.99", "1000,99", "ambiguous: a decimal comma with digits after one comma cannot be told from the list "
      "1000, 99; recipe_dapo reads neither (a miss, never a false positive)"),
