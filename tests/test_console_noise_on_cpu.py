@@ -1,4 +1,4 @@
-"""The driver's console shows the recipe, its warnings and errors; the log file keeps every line (issue 28, item 1).
+"""The driver's console shows the recipe, its warnings and errors; the log file keeps every line.
 
 The main test replays a real run: ``tests/fixtures/console_cpu_run.txt`` is every line the driver of
 ``DAPO_CONSOLE_FILTER=0 DAPO_CONSOLE_RECORD=... bash scripts/run_dapo_cpu.sh trainer.total_training_steps=2`` wrote
@@ -37,8 +37,8 @@ from conftest import REPO_ROOT, compose_recipe_config
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "console_cpu_run.txt"
 
-# The noise issue 28 found on the default run's console, each as it appears in the run's output.
-ISSUE_28_NOISE = (
+# The noise found on the default run's console, each as it appears in the run's output.
+DEFAULT_RUN_NOISE = (
     "'--gpu_memory_utilization',",  # vLLM's argv, one line per argument
     "Initializing a V1 LLM engine with config",  # the 3,233-character engine config line
     "Failed to import the DeepSelect extension",
@@ -117,7 +117,7 @@ def test_a_real_cpu_runs_console_is_the_recipes_lines_and_its_log_file_every_lin
     assert len(phases) == len(STARTUP_PHASES), phases
     assert [line for line in console if not line.startswith("start-up, ")] == expected
     text = "\n".join(console)
-    for noise in ISSUE_28_NOISE:
+    for noise in DEFAULT_RUN_NOISE:
         assert noise in "\n".join(line for _, line in lines), f"the recorded run no longer prints {noise!r}"
         assert noise not in text, noise
     steps = [line for line in console if re.match(r"step \d+/2 \| acc ", line)]
