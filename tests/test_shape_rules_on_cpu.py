@@ -281,7 +281,7 @@ def test_every_refused_shape_names_a_fix_that_verl_then_runs():
     assert checked == 12
 
 
-# ----------------------------------------------------------------------------- the sizes and the two issue shapes
+# ----------------------------------------------------------------------------- the sizes and two refused shapes
 
 
 SIZES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "recipe_dapo" / "config" / "size").glob("*.yaml"))
