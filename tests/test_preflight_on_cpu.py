@@ -34,7 +34,7 @@ def refusal(overrides, **kwargs) -> str:
 @pytest.mark.parametrize(
     "override, expected",
     [
-        # Mistakes the issue found accepted somewhere: each must be refused by the one rule set.
+        # Mistakes once accepted somewhere: each must be refused by the one rule set.
         ("trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode=separate_async"),
         ("trainer.v1.sampler.max_off_policy_strategy=wait", "it does not hold a step back"),
         ("trainer.v1.sampler.custom_sampler.name=ReplayBuffer", "the recipe's v1 trainer samples with"),
