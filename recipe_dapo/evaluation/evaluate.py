@@ -275,21 +275,51 @@ def run(prepared: PreparedEvaluation) -> dict[str, Any]:
     return report
 
 
+LOG_FILE = "evaluation.log"
+"""Every line of vLLM's output goes here, in ``--out``, when the console is filtered (``python -m``)."""
+
+
+def _console_logging() -> None:
+    """The recipe's log lines as console lines (message only, marked for the console filter); the rest WARNING+."""
+    from recipe_dapo.tracking.noise import RecipeLineFormatter
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    recipe = logging.getLogger("recipe_dapo")
+    if not any(getattr(handler, "_recipe_dapo_console", False) for handler in recipe.handlers):
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(RecipeLineFormatter())
+        handler._recipe_dapo_console = True
+        recipe.addHandler(handler)
+    recipe.setLevel(logging.INFO)
+    recipe.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line. Run as ``python -m``, the console shows the recipe's lines, warnings, errors and progress
+    bars, and every line of vLLM goes to ``--out``/evaluation.log (``DAPO_CONSOLE_FILTER=0``: all on the console)."""
+    from recipe_dapo.tracking.noise import attach_log_path, recipe_line
+
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    _console_logging()
     try:
         prepared = prepare(args)
     except (RLDataError, ValueError, OSError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    attach_log_path(os.path.join(args.out, LOG_FILE), what="vLLM")
+    logger.info("evaluating %s on %s (%d samples)", args.model, ", ".join(d.name for d in prepared.datasets),
+                sum(len(d.rows) for d in prepared.datasets) * args.n)
     report = run(prepared)
     for name, entry in report["datasets"].items():
-        print(f"\n## {name} ({entry['rows']} rows x {entry['samples_per_row']} samples)\n")
-        print(metrics_table(entry["metrics"]), end="")
-    print(f"\nreport: {os.path.join(args.out, 'report.json')}")
+        print(recipe_line(f"\n## {name} ({entry['rows']} rows x {entry['samples_per_row']} samples)\n"))
+        print(recipe_line(metrics_table(entry["metrics"]).rstrip("\n")))
+    print(recipe_line(f"\nreport: {os.path.join(args.out, 'report.json')}"), flush=True)
     return 0
 
 
 if __name__ == "__main__":
+    # First, before vLLM is imported: the console shows the recipe's lines, the log file keeps every line.
+    from recipe_dapo.tracking.noise import install_console_filter
+
+    install_console_filter(argv=[], child_processes=True)  # vLLM's engine process writes to the descriptors
     sys.exit(main())

@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 DISABLE_ENV = "DAPO_CONSOLE_FILTER"
@@ -572,6 +572,8 @@ class RunOutput:
     log_file: LogFile
     console: object
     """The real stdout, for the lines printed at exit."""
+    pipes: list = field(default_factory=list)
+    """With ``child_processes``: (saved descriptor, reader thread) of descriptors 1 and 2."""
 
 
 _ACTIVE: Optional[RunOutput] = None
@@ -597,10 +599,14 @@ def hydra_shows_instead_of_running(argv: Sequence[str]) -> bool:
     return False
 
 
-def install_console_filter(argv: Optional[Sequence[str]] = None) -> Optional[RunOutput]:
+def install_console_filter(argv: Optional[Sequence[str]] = None, child_processes: bool = False) -> Optional[RunOutput]:
     """Route this process's ``sys.stdout`` and ``sys.stderr`` (once): every line to the log file, the recipe's
     lines, warnings and errors to the console (all of them with ``DAPO_CONSOLE_FILTER=0``). Not for Hydra's own
-    commands (``argv``, default ``sys.argv[1:]``; :func:`hydra_shows_instead_of_running`): None, nothing routed."""
+    commands (``argv``, default ``sys.argv[1:]``; :func:`hydra_shows_instead_of_running`): None, nothing routed.
+
+    ``child_processes``: route file descriptors 1 and 2 too, so that what processes started from here print
+    (vLLM's engine process, spawned with the descriptors and not Python's streams) is routed as well. A Ray
+    driver does not need it: Ray sends its workers' lines through the driver's ``sys.stdout`` / ``sys.stderr``."""
     global _ACTIVE
     if _ACTIVE is not None:
         return _ACTIVE
@@ -609,11 +615,44 @@ def install_console_filter(argv: Optional[Sequence[str]] = None) -> Optional[Run
     show_all = os.environ.get(DISABLE_ENV, "1").lower() in ("0", "false", "no")
     os.environ[TAG_ENV] = "1"  # inherited by the Ray workers this driver starts
     router, log_file = ConsoleRouter(show_all=show_all), LogFile()
-    _ACTIVE = RunOutput(router, log_file, sys.stdout)
-    sys.stdout = RoutedStream(sys.stdout, router, log_file, is_stderr=False)
-    sys.stderr = RoutedStream(sys.stderr, router, log_file, is_stderr=True)
+    console_out, console_err = sys.stdout, sys.stderr
+    if child_processes:  # the console is a copy of the descriptors; 1 and 2 become pipes read into the router
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        console_out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
+        console_err = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    _ACTIVE = RunOutput(router, log_file, console_out)
+    sys.stdout = RoutedStream(console_out, router, log_file, is_stderr=False)
+    sys.stderr = RoutedStream(console_err, router, log_file, is_stderr=True)
+    if child_processes:
+        _ACTIVE.pipes = [_pipe_descriptor(fd, stream) for fd, stream in ((1, sys.stdout), (2, sys.stderr))]
     atexit.register(_at_exit, _ACTIVE)
     return _ACTIVE
+
+
+def _pipe_descriptor(fd: int, stream: "RoutedStream") -> tuple[int, threading.Thread]:
+    """Point descriptor ``fd`` at a pipe whose lines a thread writes to ``stream``; (the saved descriptor, the
+    thread), for :func:`_at_exit` to restore and drain."""
+    import codecs
+
+    saved = os.dup(fd)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, fd)
+    os.close(write_end)
+
+    def pump() -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            stream.write(decoder.decode(chunk))
+        stream.write(decoder.decode(b"", final=True))
+        os.close(read_end)
+
+    thread = threading.Thread(target=pump, name=f"dapo-console-fd{fd}", daemon=True)
+    thread.start()
+    return saved, thread
 
 
 def _heartbeat(stream: "RoutedStream", period_s: float = 1.0) -> None:
@@ -642,9 +681,7 @@ def attach_log_file(config) -> Optional[str]:
     None when no router is installed (the entry point was not ``python -m recipe_dapo.main_dapo``)."""
     if _ACTIVE is None:
         return None
-    path = _ACTIVE.log_file.attach(log_file_path(config))
-    shown = "" if _ACTIVE.router.show_all else f" ({DISABLE_ENV}=0 shows them here)"
-    print(recipe_line(f"log file: {path}: every line of verl, vLLM and Ray{shown}"), flush=True)
+    path = attach_log_path(log_file_path(config))
     if not _ACTIVE.router.show_all and isinstance(sys.stdout, RoutedStream) and not _HEARTBEAT:
         # From here the run starts (Ray, workers, engines): the heartbeat says what it is doing when it is quiet.
         _HEARTBEAT.append(threading.Thread(target=_heartbeat, args=(sys.stdout,), name="dapo-console-heartbeat",
@@ -656,12 +693,27 @@ def attach_log_file(config) -> Optional[str]:
 _HEARTBEAT: list = []
 
 
+def attach_log_path(path: str, what: str = "verl, vLLM and Ray") -> Optional[str]:
+    """Write every line to ``path`` (``$DAPO_LOG_FILE`` wins) from now on and name it on the console (absolute path);
+    None when no router is installed."""
+    if _ACTIVE is None:
+        return None
+    path = _ACTIVE.log_file.attach(os.environ.get(LOG_FILE_ENV) or path)
+    shown = "" if _ACTIVE.router.show_all else f" ({DISABLE_ENV}=0 shows them here)"
+    print(recipe_line(f"log file: {path}: every line of {what}{shown}"), flush=True)
+    return path
+
+
 def _at_exit(output: RunOutput) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
+    for fd, (saved, thread) in zip((1, 2), output.pipes):  # the descriptors back; the pipes drained (EOF)
+        os.dup2(saved, fd)
+        os.close(saved)
+        thread.join(timeout=0.5)  # a child still alive (a resource tracker) may hold the pipe open
     output.log_file.close()
     if output.log_file.path is None:
         return
