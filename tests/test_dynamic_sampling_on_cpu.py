@@ -337,6 +337,47 @@ def test_a_step_where_nothing_qualified_returns_no_batch():
     assert batch is None and metrics[P + "trained_groups"] == 0.0
 
 
+def test_back_to_back_partial_steps_drop_no_qualifying_group():
+    """Three steps of one round each under a budget, mini-batches of 2 groups: step 1 keeps 3 groups and trains 2,
+    step 2 keeps none (the 1 pooled group is less than a mini-batch: no update), step 3 keeps 4. When a group's age
+    counted steps, step 3 dropped step 1's leftover as stale although the policy had not changed since step 1
+    (7 qualifying, 6 trained, 1 dropped). Ages count policy updates: it trains in step 3, nothing is dropped."""
+    sampler = DynamicSampler(exhausting_config("train_partial"), DATAPROTO_OPS)
+    plan = {1: {"1a": MIXED, "1b": MIXED, "1c": MIXED, "1d": ALL_RIGHT},
+            2: {"2a": ALL_RIGHT, "2b": ALL_RIGHT, "2c": ALL_WRONG, "2d": ALL_RIGHT},
+            3: {"3a": MIXED, "3b": MIXED, "3c": MIXED, "3d": MIXED}}
+    trained = []
+    for step, groups in plan.items():
+        sampler.begin_step(step)
+        sampler.add_round(*make_round(groups))
+        batch, metrics = sampler.take_training_batch(groups_multiple_of=2)
+        trained.append(None if batch is None else uids_of(batch)[::2])
+        assert metrics[P + "dropped_stale_groups"] == 0.0
+    assert trained == [["1a", "1b"], None, ["1c", "3a", "3b", "3c"]]
+    counters = sampler.run_counters()
+    assert (counters["qualifying_groups"], counters["trained_groups"], counters["dropped_stale_groups"]) == (7, 6, 0)
+    assert sampler.pooled_groups == 1  # 3d waits for the next step
+
+
+def test_a_checkpoint_written_before_ages_counted_updates_resumes_with_ages_in_steps():
+    """A sampler state of format 2 (no policy version): every earlier step is taken to have updated the policy, so
+    with max_staleness=0 the group carried out of step 1 is dropped at step 2, as that format's code did (a version
+    read as 0 would keep it)."""
+    config = make_config(train_batch_size=2, max_staleness=0)
+    sampler = DynamicSampler(config, DATAPROTO_OPS)
+    run_step(sampler, 1, [{"a": MIXED, "b": MIXED, "c": MIXED}])
+    state = sampler.state_dict()
+    state["version"] = 2
+    del state["policy_version"]
+    for segment in state["pool"]:
+        del segment["born_version"]
+    resumed = DynamicSampler(config, DATAPROTO_OPS)
+    resumed.load_state_dict(state)
+    assert resumed.pooled_groups == 1
+    resumed.begin_step(2)
+    assert resumed.pooled_groups == 0 and resumed.take_dropped_group_ids().tolist() == ["c"]
+
+
 def test_taking_a_short_batch_while_budget_remains_is_an_error():
     sampler = DynamicSampler(make_config(train_batch_size=2), DATAPROTO_OPS)
     sampler.begin_step(1)
@@ -368,6 +409,7 @@ def test_metrics_of_a_multi_round_step_sum_every_round():
         P + "mean_staleness": 0.0,
         P + "partial_batch": 0.0,
         P + "partial_steps": 0.0,
+        P + "budget_extensions": 0.0,
         P + "total_gen_rounds": 2.0,
         P + "keep_rate_estimate": pytest.approx((5 + 0.5) / (8 + 1)),
         P + "utilization": 4 / 5,

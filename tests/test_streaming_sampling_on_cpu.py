@@ -298,17 +298,120 @@ def test_a_refill_waits_for_the_rest_of_a_finishing_wave():
     assert collected.metrics["dynamic_sampling/submitted_prompts"] == sum(stream.submissions)
 
 
-def test_the_refill_cap_sends_one_granule_when_nothing_is_in_flight_and_the_room_is_smaller():
-    """train_batch_size 4, max_staleness 1 (room 8), prompt_granularity 8: with 1 group pooled the room is 7 prompts,
-    less than a granule; with nothing in flight the step still sends 8 (else it could never fill), with prompts in
-    flight it waits for them."""
-    sampler = make_sampler(train_batch_size=4, gen_batch_size=8, prompt_granularity=8)
+def test_a_granule_larger_than_the_room_a_full_pool_leaves_is_refused_at_start_up():
+    """train_batch_size 4, max_staleness 1, prompt_granularity 8: with 1 group pooled and nothing in flight the room
+    is 7 prompts, less than a granule, so the step had to send a granule past the cap (a stale drop later) or never
+    fill. Such a granularity is refused; at train_batch_size x max_staleness (4) a granule always fits."""
+    from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig
+
+    with pytest.raises(ValueError, match=r"prompt_granularity=8 is above data.train_batch_size x "
+                                         r"dapo.dynamic_sampling.max_staleness = 4"):
+        make_sampler(train_batch_size=4, gen_batch_size=8, prompt_granularity=8)
+    make_sampler(train_batch_size=4, gen_batch_size=8, prompt_granularity=8, max_staleness=2)
+    make_sampler(train_batch_size=4, gen_batch_size=8, prompt_granularity=8, max_staleness=0)  # surplus discarded
+    sampler = make_sampler(train_batch_size=4, gen_batch_size=8, prompt_granularity=4)
     sampler.begin_step(1)
-    assert sampler.prompts_to_dispatch(0) == 8
     uids = np.repeat(np.array([f"g{i}" for i in range(8)], dtype=object), N)
-    acc = np.concatenate([np.array([1.0, 0.0, 1.0, 0.0])] + [np.ones(N)] * 7)
+    acc = np.concatenate([np.array([1.0, 0.0, 1.0, 0.0])] * 3 + [np.ones(N)] * 5)
     sampler.add_round(np.arange(len(uids)), group_ids=uids, metric_values=acc, counts_as_round=False)
-    assert sampler.pooled_groups == 1
-    assert sampler.dispatch_room(0) == 7
-    assert sampler.prompts_to_dispatch(0) == 8
-    assert sampler.prompts_to_dispatch(1) == 0
+    assert sampler.pooled_groups == 3 and sampler.dispatch_room(0) == 5
+    assert sampler.prompts_to_dispatch(0) == 4  # one granule, within the room
+    assert DynamicSamplingConfig  # imported for the error's home
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_granules_budgets_and_mini_batches_drop_no_qualifying_group(seed):
+    """Random streams at a low keep rate with prompt_granularity > 1, a budget and mini-batches of several groups
+    (groups_multiple_of > 1), as verl's v1 trainer runs them: every step trains whole mini-batches or stops with the
+    true reason, and no qualifying group is ever dropped as stale."""
+    from recipe_dapo.dynamic_sampling import DynamicSamplingExhausted
+
+    rng = np.random.default_rng(1000 + seed)
+    staleness = int(rng.integers(1, 3))
+    granularity = int(rng.choice([1, 2, 4]))
+    train = granularity * int(rng.integers(1, 4))
+    mini = int(rng.choice([d for d in range(1, train + 1) if train % d == 0]))
+    sampler = make_sampler(train_batch_size=train, gen_batch_size=train * 2, prompt_granularity=granularity,
+                           max_staleness=staleness, max_num_gen_batches=int(rng.integers(1, 3)),
+                           min_round_prompts=granularity, max_empty_rounds=1000)
+    keep = float(rng.uniform(0.05, 0.1))
+    stream = SimulatedStream(rng, pass_rates=lambda r: keep, max_polls=int(rng.integers(1, 6)))
+    for step in range(1, 9):
+        try:
+            collected = collect_streaming_step(sampler, stream, step, groups_multiple_of=mini)
+        except DynamicSamplingExhausted as stop:
+            assert 0 < sampler.pooled_groups < mini, "stopped although a mini-batch was pooled"
+            assert f"{sampler.pooled_groups} groups qualified, fewer than one mini-batch of {mini}" in str(stop)
+            break
+        if collected.batch is not None:
+            assert (len(collected.batch) // N) % mini == 0
+        else:
+            assert sampler.pooled_groups == 0  # "no group qualified" is then the true reason
+    counters = sampler.run_counters()
+    assert counters["dropped_stale_groups"] == 0, counters
+    assert counters["qualifying_groups"] == counters["trained_groups"] + sampler.pooled_groups
+
+
+def test_a_v1_step_short_of_a_mini_batch_gets_the_budget_once_more_then_trains():
+    """Budget 8 prompts, mini-batches of 4 groups, 2 of the first 8 groups qualify: the step is not ended with
+    "no group qualified" (the message before, although 2 had); it generates once more the budget and trains."""
+    sampler = make_sampler(train_batch_size=8, max_num_gen_batches=1, min_round_prompts=8, keep_rate_prior=1.0,
+                           safety_margin=0.0)
+    outcomes = iter([[1.0, 0.0]] * 2 + [[1.0, 1.0]] * 6 + [[1.0, 0.0]] * 3 + [[0.0, 0.0]] * 5)
+
+    class Scripted:
+        def __init__(self):
+            self.queued, self.submissions, self.next = [], [], 0
+
+        def submit(self, prompts):
+            self.submissions.append(prompts)
+            self.queued += [f"p{self.next + i}" for i in range(prompts)]
+            self.next += prompts
+
+        def poll(self):
+            done, self.queued = self.queued, []
+            if not done:
+                return None
+            uids = np.repeat(np.array(done, dtype=object), 2)
+            acc = np.concatenate([next(outcomes) for _ in done])
+            return ScoredRound(rollouts=np.array([f"{u}_{i % 2}" for i, u in enumerate(uids)], dtype=object),
+                               group_ids=uids, metric_values=acc)
+
+        def release(self, group_ids):
+            pass
+
+        def in_flight(self):
+            return len(self.queued)
+
+        def wait(self):
+            pass
+
+    stream = Scripted()
+    collected = collect_streaming_step(sampler, stream, 1, groups_multiple_of=4)
+    assert stream.submissions == [8, 8]
+    assert len(collected.batch) // 2 == 4 and collected.metrics["dynamic_sampling/budget_extensions"] == 1.0
+    assert sampler.pooled_groups == 1  # the fifth qualifying group waits for the next step
+
+
+def test_a_v1_step_still_short_after_the_extension_stops_with_the_true_reason():
+    from recipe_dapo.dynamic_sampling import DynamicSamplingExhausted
+
+    sampler = make_sampler(train_batch_size=8, max_num_gen_batches=1, min_round_prompts=8, max_empty_rounds=100)
+    stream = SimulatedStream(np.random.default_rng(3), pass_rates=lambda r: 0.0, max_polls=2)
+    first = {"done": False}
+    real_poll = stream.poll
+
+    def poll():  # exactly one qualifying group in the whole step
+        scored = real_poll()
+        if scored is not None and not first["done"]:
+            first["done"] = True
+            scored.metric_values[:N] = [1.0, 0.0, 0.0, 0.0]
+        return scored
+
+    stream.poll = poll
+    with pytest.raises(DynamicSamplingExhausted) as stop:
+        collect_streaming_step(sampler, stream, 1, groups_multiple_of=4)
+    message = str(stop.value)
+    assert "step 1: 1 groups qualified, fewer than one mini-batch of 4 (actor_rollout_ref.actor.ppo_mini_batch_size)" in message
+    assert "no group qualified" not in message
+    assert sum(stream.submissions) == 16  # the budget (8 prompts) and its one extension

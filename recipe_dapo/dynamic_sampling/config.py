@@ -108,7 +108,7 @@ class DynamicSamplingSettings:
     prompt_granularity: int = 1
     """Round sizes are rounded up to a multiple of this; choose it so that ``prompt_granularity *
     rollout.n`` divides evenly among the rollout (agent-loop) workers. ``gen_batch_size`` must be a
-    multiple of it."""
+    multiple of it, and with ``max_staleness`` > 0 it must not exceed ``train_batch_size * max_staleness``."""
 
     keep_rate_prior: float = 0.5
     """Keep-rate estimate before the first round. A low prior overshoots (the surplus is carried over), a
@@ -301,6 +301,13 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
             raise ValueError(
                 f"data.gen_batch_size={self.gen_batch_size} is not a multiple of "
                 f"{NAMESPACE}.prompt_granularity={self.prompt_granularity}; change one of them"
+            )
+        if self.max_staleness and self.prompt_granularity > self.train_batch_size * self.max_staleness:
+            raise ValueError(
+                f"{NAMESPACE}.prompt_granularity={self.prompt_granularity} is above data.train_batch_size x "
+                f"{NAMESPACE}.max_staleness = {self.train_batch_size * self.max_staleness}: one granule could leave more "
+                f"qualifying groups than the next max_staleness steps train, and those would be dropped as stale; "
+                f"lower prompt_granularity, or raise max_staleness (0 discards the surplus by design)"
             )
         for key in ("min_round_prompts", "max_round_prompts"):
             value = getattr(self, key)

@@ -36,6 +36,13 @@ first groups, or prompts queued behind a running wave, used to be drained into t
 could train, and dropped as stale a step later. With the cap, whatever the in-flight prompts turn out to be, the
 carry-out fits the next ``max_staleness`` steps, which train the oldest groups first: no qualifying group is dropped.
 
+A streaming step's trainer (verl's v1) cannot skip an update, so a step whose budget is spent with some qualifying
+groups pooled but fewer than a mini-batch (``groups_multiple_of``) gets the budget once more
+(``DynamicSampler.extend_budget``, counted in ``dynamic_sampling/budget_extensions``); if it is still short, it stops
+with :class:`DynamicSamplingExhausted` saying how many groups qualified and the mini-batch they fell short of. (The
+classic trainer skips such a step's update instead, and the pooled groups train in a later step: a step without an
+update ages no group.)
+
 Both loops use the same sampler, sizing, budget, pool and metrics.
 """
 
@@ -49,7 +56,7 @@ from typing import Any, Callable, Optional, Protocol
 import numpy as np
 
 from recipe_dapo.dynamic_sampling.prompt_stream import PromptStream
-from recipe_dapo.dynamic_sampling.sampler import METRIC_PREFIX, DynamicSampler
+from recipe_dapo.dynamic_sampling.sampler import METRIC_PREFIX, DynamicSampler, DynamicSamplingExhausted
 
 logger = logging.getLogger(__name__)
 
@@ -178,10 +185,28 @@ def collect_streaming_step(
                 rounds += 1
                 continue
             if in_flight == 0:  # the budget is spent and nothing is left to wait for
+                if 0 < sampler.pooled_groups < groups_multiple_of and sampler.extend_budget():
+                    logger.warning(
+                        "step %d: the generation budget is spent with %d qualifying groups, fewer than a mini-batch "
+                        "of %d, and verl's v1 trainer cannot skip an update: generating once more the budget "
+                        "(counted in %sbudget_extensions)", step, sampler.pooled_groups, groups_multiple_of,
+                        METRIC_PREFIX,
+                    )
+                    continue
                 break
         stream.wait()
     ended = time.monotonic()
+    short = sampler.pooled_groups
     batch, metrics = sampler.take_training_batch(groups_multiple_of=groups_multiple_of)
+    if batch is None and short:
+        raise DynamicSamplingExhausted(
+            f"step {step}: {short} groups qualified, fewer than one mini-batch of {groups_multiple_of} "
+            "(actor_rollout_ref.actor.ppo_mini_batch_size), within twice the algorithm.filter_groups."
+            f"max_num_gen_batches={sampler.config.max_num_gen_batches} budget; verl's v1 trainer cannot skip an update "
+            "(the classic trainer, trainer.use_v1=false, carries them to a later step). Raise max_num_gen_batches "
+            "(0: no limit), lower ppo_mini_batch_size, or check that the filter metric "
+            f"{sampler.config.metric!r} varies within groups"
+        )
     # Seconds until the batch was full, and spent after it waiting for the prompts still in flight (their
     # qualifying groups are pooled for the next step).
     metrics[METRIC_PREFIX + "fill_s"] = (filled if filled is not None else ended) - started

@@ -13,7 +13,9 @@ Which groups qualify is the configured keep rule (``keep_rules``). With ``skip.e
 per-prompt history of group outcomes (``skipping.PromptSkipper``) and ``take_prompts`` leaves out prompts whose
 recent groups predict that the next will not qualify, drawing the next prompts in their place.
 
-Surplus qualifying groups stay pooled for later steps; the payload is never modified, so tensors such as
+Surplus qualifying groups stay pooled for later steps, at most ``max_staleness`` policy updates old: the age of a
+group counts the steps that trained a batch since it was generated, so a step that trained nothing (fewer
+qualifying groups than a mini-batch) ages no group, and what it pooled trains in a later step. The payload is never modified, so tensors such as
 ``rollout_log_probs`` stay available for verl's rollout-correction options. When the step's
 ``max_num_gen_batches`` budget runs out before the batch is full, ``take_training_batch`` applies
 ``on_exhausted``: ``train_partial`` returns the groups collected (warned once, counted), ``raise`` raises
@@ -43,8 +45,8 @@ SKIP_METRIC_PREFIX = METRIC_PREFIX + "skip/"
 # The step metrics the console and the run report read (every one is in ``_step_metrics``; a test checks it).
 KEEP_RATE, NUM_GEN_ROUNDS, GENERATED_TOKENS = (METRIC_PREFIX + name for name in ("keep_rate", "num_gen_rounds",
                                                                                 "generated_tokens"))
-STATE_VERSION = 2
-READABLE_STATE_VERSIONS = (1, 2)  # version 1: before prompt skipping (no skipper state)
+STATE_VERSION = 3
+READABLE_STATE_VERSIONS = (1, 2, 3)  # 1: before prompt skipping (no skipper state); 2: ages counted in steps
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -71,6 +73,8 @@ class _StepTally:
     empty_rounds_in_a_row: int = 0
     dispatched_prompts: int = 0
     empty_groups_in_a_row: int = 0
+    extra_budget: int = 0
+    budget_extensions: int = 0
 
 
 @dataclass
@@ -105,6 +109,7 @@ class DynamicSampler:
         self._tally = _StepTally()
         self._open_step: Optional[int] = None
         self._last_step: Optional[int] = None
+        self._version = 0  # policy updates so far: steps whose batch held at least one group
         self._warned_partial = False
         self._dropped_group_ids: list = []
 
@@ -159,9 +164,9 @@ class DynamicSampler:
         prompts = next_round_prompts(self.config, missing, self._keep_rate.value, self._prompts_used())
         room = self.dispatch_room(in_flight)
         if room is not None and prompts > room:
-            granularity = self.config.prompt_granularity
-            # With nothing in flight the step must still make progress: one granule, when the room is smaller.
-            prompts = room - room % granularity if room >= granularity or in_flight else min(prompts, granularity)
+            # A whole number of granules within the room. With nothing in flight the room is more than
+            # train_batch_size * max_staleness, which the config keeps >= prompt_granularity: the step always moves.
+            prompts = room - room % self.config.prompt_granularity
         return max(prompts, 0)
 
     def dispatch_room(self, in_flight: int) -> Optional[int]:
@@ -172,8 +177,8 @@ class DynamicSampler:
         plus prompts in flight plus new prompts stay within ``train_batch_size * (1 + max_staleness)``: a step's
         drain then never carries out more than the next ``max_staleness`` steps train, and no qualifying group is
         dropped as stale. None with ``max_staleness=0`` (the surplus is discarded by design: nothing to protect).
-        (A ``prompt_granularity`` larger than the room is the one exception: with nothing in flight, one granule is
-        sent anyway, so that the step can fill.)
+        (``prompt_granularity`` above ``train_batch_size * max_staleness`` is refused at start-up: one granule could
+        then overflow the room.)
         """
         staleness = self.config.max_staleness
         if staleness == 0:
@@ -201,8 +206,21 @@ class DynamicSampler:
         return max(whole, self.config.min_round, 1)
 
     def _prompts_used(self) -> int:
-        # Round sources generate what they ask for; streaming sources also count prompts still in flight.
-        return max(self._tally.generated_groups, self._tally.dispatched_prompts)
+        # Round sources generate what they ask for; streaming sources also count prompts still in flight. An
+        # extension of the budget (extend_budget) is prompts not counted against it.
+        return max(max(self._tally.generated_groups, self._tally.dispatched_prompts) - self._tally.extra_budget, 0)
+
+    def extend_budget(self) -> bool:
+        """For a trainer that cannot skip an update (verl's v1): once more the step's ``max_num_gen_batches`` budget,
+        when it is spent with some qualifying groups pooled but fewer than a mini-batch. False when there is no
+        budget (nothing to extend) or the step was already extended once."""
+        self._require_open_step("extend_budget")
+        budget = self.config.prompt_budget
+        if budget is None or self._tally.budget_extensions:
+            return False
+        self._tally.extra_budget += budget
+        self._tally.budget_extensions += 1
+        return True
 
     def take_prompts(self, stream: Any, count: int) -> Any:
         """The ``count`` prompts of the next round from ``stream`` (``PromptStream.take``), less those the skipper
@@ -228,13 +246,13 @@ class DynamicSampler:
         if self.skipper is not None:
             self.skipper.begin_step()
         self._keep_rate.start_step(self.config.keep_rate_decay)
-        dropped_ids = self._pool.drop_born_before(step - self.config.max_staleness)
+        dropped_ids = self._pool.drop_older_than(self._version - self.config.max_staleness)
         self._dropped_group_ids.append(dropped_ids)
         dropped = int(dropped_ids.shape[0])
         self._tally.dropped_stale_groups = dropped
         self._totals.dropped_stale_groups += dropped
         if dropped:
-            logger.info("step %d: dropped %d groups older than max_staleness=%d", step, dropped,
+            logger.info("step %d: dropped %d groups older than max_staleness=%d policy updates", step, dropped,
                         self.config.max_staleness)
 
     def add_round(
@@ -281,7 +299,8 @@ class DynamicSampler:
         else:
             kept_payload = None
         if kept_payload is not None:
-            self._pool.add(kept_payload, stats.group_ids[stats.keep], kept_offsets, born_step=self._open_step)
+            self._pool.add(kept_payload, stats.group_ids[stats.keep], kept_offsets, born_step=self._open_step,
+                           born_version=self._version)
 
         tally = self._tally
         if counts_as_round:
@@ -344,6 +363,8 @@ class DynamicSampler:
         else:
             batch = self._ops.concat(taken.pieces)
         self._totals.trained_groups += int(taken.group_ids.shape[0])
+        if taken.group_ids.shape[0]:
+            self._version += 1  # the policy is updated with this batch; a step without one ages no pooled group
 
         metrics = self._step_metrics(step, taken.born_steps, partial)
         if self.skipper is not None:
@@ -364,6 +385,7 @@ class DynamicSampler:
             "tally": asdict(self._tally),
             "open_step": self._open_step,
             "last_step": self._last_step,
+            "policy_version": self._version,
             "skipper": self.skipper.state_dict() if self.skipper is not None else None,
         }
 
@@ -379,6 +401,8 @@ class DynamicSampler:
         self._tally = _StepTally(**state["tally"])
         self._open_step = state["open_step"]
         self._last_step = state["last_step"]
+        # Before version 3 every step counted as an update: the version was the last step.
+        self._version = int(state.get("policy_version", self._last_step or 0))
         skipper_state = state.get("skipper")
         if self.skipper is not None and skipper_state is not None:
             self.skipper.load_state_dict(skipper_state)
@@ -458,6 +482,7 @@ class DynamicSampler:
             "mean_staleness": float((step - born_steps).mean()) if trained else 0.0,
             "partial_batch": float(partial),
             "partial_steps": totals.partial_steps,
+            "budget_extensions": tally.budget_extensions,
             "total_gen_rounds": totals.rounds,
             "keep_rate_estimate": self._keep_rate.value,
             # Trained over qualifying groups so far; 1.0 before any group qualified (nothing wasted).
