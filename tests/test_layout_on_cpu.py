@@ -270,3 +270,24 @@ def test_the_internals_scan_flags_private_access_and_patching():
         "replaces verl.trainer.ppo.v1.trainer_base.pprint",
         "setattr on transfer_queue",
     }
+
+
+# ------------------------------------------------------------------------------------------------ the package map
+
+
+def _package_map():
+    spec = importlib.util.spec_from_file_location("package_map", REPO_ROOT / "scripts" / "package_map.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docs_architecture_md_is_the_package_map_rendered_from_the_code():
+    package_map = _package_map()
+    rendered = package_map.render()
+    assert (REPO_ROOT / "docs" / "architecture.md").read_text() == rendered, (
+        "docs/architecture.md is stale: python scripts/package_map.py > docs/architecture.md")
+    for folder in sorted(p.parent for p in PACKAGE.glob("*/__init__.py")):  # every package is on the map, described
+        assert f"## `recipe_dapo.{folder.name}`" in rendered
+        assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), f"{folder.name} has no docstring"
+    assert "| `trainers.preemption` |" in rendered and "| `compat.verl` |" in rendered
