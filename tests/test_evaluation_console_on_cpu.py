@@ -33,6 +33,9 @@ VLLM_LINES = [
     (1, "(Worker pid=15421) INFO 11-25 18:39:18 [cpu_model_runner.py:69] Starting to load model /tmp/nc/tiny..."),
     (1, "(EngineCore pid=15226) WARNING 11-25 18:39:25 [cpu.py:207] Triton is not installed. triton-cpu is expected "
         "on x86 CPUs."),
+    (2, "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00,  9.69it/s]"),
+    (1, "(MainProcess pid=16428) WARNING 11-25 18:44:09 [utils.py:663] [shutdown] Process manager: force killing "
+        "remaining process EngineCore pid 16920"),
 ]
 
 SCRIPT = r'''

@@ -215,6 +215,18 @@ NOISE: tuple[Noise, ...] = (
         "a torch API deprecation inside torch's own code",
     ),
     Noise(
+        r"\[shutdown\] (Process manager: force killing remaining process|Executor: workers still running after "
+        r"grace period)",
+        "vllm.v1 engine shutdown (utils.py, multiproc_executor.py), logger.warning at the evaluator's exit",
+        "the evaluation has written its report; vLLM stops its engine processes at exit, as intended",
+    ),
+    Noise(
+        r"^Loading safetensors checkpoint shards: ",
+        "vllm.model_executor.model_loader, a progress bar in the engine process (its stderr, no prefix)",
+        "the evaluator's 'starting vLLM' line says the engine is starting; the weights of a small model load in a "
+        "second",
+    ),
+    Noise(
         r"'set_vital' is deprecated",
         "torchdata.stateful_dataloader, warnings.warn",
         "a torch API deprecation inside torchdata",
