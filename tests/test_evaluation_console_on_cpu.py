@@ -113,3 +113,29 @@ def test_an_engine_error_reaches_the_console(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "VLLM_LINES", VLLM_LINES + [(2, error)])
     completed, _ = evaluate_as_a_user_would(tmp_path)
     assert error in completed.stderr
+
+
+def test_the_model_a_run_trained_is_found_from_its_checkpoints_folder(tmp_path):
+    """``--model runs/dapo_cpu/checkpoints`` evaluates the latest checkpoint's Hugging Face copy (verl's layout:
+    ``global_step_N/actor/huggingface``); a checkpoint saved without it gets the command that merges it."""
+    import pytest
+
+    from recipe_dapo.evaluation.evaluate import resolve_model_path
+
+    checkpoints = tmp_path / "checkpoints"
+    for step in (2, 4):
+        hf = checkpoints / f"global_step_{step}" / "actor" / "huggingface"
+        hf.mkdir(parents=True)
+        (hf / "config.json").write_text("{}")
+    (checkpoints / "global_step_4" / "actor" / "huggingface" / "model.safetensors").write_bytes(b"")
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("4")
+    latest = str(checkpoints / "global_step_4" / "actor" / "huggingface")
+    assert resolve_model_path(str(checkpoints)) == latest
+    assert resolve_model_path(str(checkpoints / "global_step_4")) == latest
+    assert resolve_model_path(str(checkpoints / "global_step_4" / "actor")) == latest
+    assert resolve_model_path(latest) == latest  # a Hugging Face folder as it is
+    with pytest.raises(ValueError, match=r"saved without its Hugging Face weights; merge it: python -m "
+                                         r"verl.model_merger merge --backend fsdp --local_dir .*global_step_2/actor"):
+        resolve_model_path(str(checkpoints / "global_step_2"))
+    with pytest.raises(ValueError, match="no config.json"):
+        resolve_model_path(str(tmp_path))

@@ -3,8 +3,11 @@
     python -m recipe_dapo.evaluation.evaluate --model PATH --data a.parquet [b.parquet ...] \\
         --n 32 --temperature 1.0 --top-p 0.7 --max-response-length 20480 --out DIR
 
-``PATH`` is a Hugging Face model folder or Hub id; a verl FSDP checkpoint must first be merged with
-``python -m verl.model_merger merge --backend fsdp --local_dir .../actor --target_dir MERGED``. The paper's
+``PATH`` is a Hugging Face model folder or Hub id, or what a run trained: its checkpoints folder
+(``trainer.default_local_dir``, e.g. ``runs/dapo_cpu/checkpoints``: the latest checkpoint), a ``global_step_N``
+folder or its ``actor`` folder, read from the Hugging Face copy verl saves there (``huggingface/``, with
+``hf_model`` in ``actor_rollout_ref.actor.checkpoint.save_contents``); a checkpoint without it must first be merged
+with ``python -m verl.model_merger merge --backend fsdp --local_dir .../actor --target_dir MERGED``. The paper's
 AIME setting is the 30-problem file with ``--n 32 --temperature 1.0 --top-p 0.7`` (or the 960-row file
 with ``--n 1``: both report the same mean@32, see ``metrics``). Everything is checked (arguments, every
 data row, prompt lengths, the verifier import) before vLLM starts. Output layout: see ``report``.
@@ -52,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m recipe_dapo.evaluation.evaluate", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--model", required=True, help="Hugging Face model folder or Hub id")
+    parser.add_argument("--model", required=True,
+                        help="Hugging Face model folder or Hub id, or a run's checkpoints folder (its latest model)")
     parser.add_argument("--tokenizer", help="tokenizer folder or id (default: --model)")
     parser.add_argument("--data", required=True, nargs="+", help="verl RL parquet files")
     parser.add_argument("--n", type=int, default=1, help="samples per row (paper, AIME 30-row file: 32)")
@@ -89,7 +93,41 @@ def check_arguments(args: argparse.Namespace) -> None:
     for ok, message in rules:
         if not ok:
             raise ValueError(message)
-    check_model_path(args.model)
+    args.model = resolve_model_path(args.model)
+
+
+def trained_model_folder(folder: str) -> str | None:
+    """The Hugging Face folder a verl checkpoint holds, when ``folder`` is one: the checkpoints folder of a run
+    (``trainer.default_local_dir``: its latest checkpoint, as ``latest_checkpointed_iteration.txt`` names it), a
+    ``global_step_N`` folder or its ``actor`` folder -> ``.../actor/huggingface``. None for any other folder."""
+    tracker = os.path.join(folder, "latest_checkpointed_iteration.txt")
+    if os.path.isfile(tracker):
+        with open(tracker, encoding="utf-8") as handle:
+            folder = os.path.join(folder, f"global_step_{handle.read().strip()}")
+    if os.path.isdir(os.path.join(folder, "actor")):
+        folder = os.path.join(folder, "actor")
+    hf_folder = os.path.join(folder, "huggingface")
+    return hf_folder if os.path.isdir(hf_folder) else None
+
+
+def resolve_model_path(model: str) -> str:
+    """``model``, or the Hugging Face model inside it when it is a verl checkpoint (:func:`trained_model_folder`),
+    checked: a folder must hold a config and weights; an unmerged checkpoint gets the command that merges it."""
+    expanded = os.path.expanduser(model)
+    hf_folder = trained_model_folder(expanded) if os.path.isdir(expanded) else None
+    if hf_folder is not None:
+        weights = glob.glob(os.path.join(hf_folder, "*.safetensors")) + glob.glob(os.path.join(hf_folder, "*.bin"))
+        if not weights:
+            actor = os.path.dirname(hf_folder)
+            raise ValueError(
+                f"--model {model}: the checkpoint {actor} was saved without its Hugging Face weights; merge it: "
+                f"python -m verl.model_merger merge --backend fsdp --local_dir {actor} --target_dir {actor}_merged "
+                f"(or train with actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model])"
+            )
+        logger.info("--model %s: the trained model in %s", model, hf_folder)
+        return hf_folder
+    check_model_path(model)
+    return model
 
 
 def check_model_path(model: str) -> None:
