@@ -90,6 +90,20 @@ class CpuSettings:
 
 
 @dataclass
+class ResumeSettings:
+    """``dapo.resume``: what a rerun does with the checkpoint it resumes from (``recipe_dapo.trainers.checkpoint_guard``).
+
+    At start-up the checkpoint's files are checked (a truncated torch file, a missing ``dapo_state.pt``), its recorded
+    shape (``rollout.n``, the batch sizes) is compared with the run's, and the free space with its size; each problem is
+    refused in one line naming the file or key and the fix."""
+
+    fallback_to_previous: bool = False
+    """With ``trainer.resume_mode=auto``, when the latest checkpoint is damaged, resume from the previous complete one
+    (the damaged folder is moved aside to ``global_step_<k>.damaged``); false: refuse, naming the damaged file and the
+    previous complete checkpoint."""
+
+
+@dataclass
 class PathsSettings:
     """``dapo.paths``: where the data and models are; the sizes and ``data.train_files`` build their paths from them."""
 
@@ -125,6 +139,7 @@ class DapoSettings:
     health: HealthSettings = field(default_factory=HealthSettings)
     preflight: PreflightSettings = field(default_factory=PreflightSettings)
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    resume: ResumeSettings = field(default_factory=ResumeSettings)
     cpu: CpuSettings = field(default_factory=CpuSettings)
     paths: PathsSettings = field(default_factory=PathsSettings)
     name: NameSettings = field(default_factory=NameSettings)

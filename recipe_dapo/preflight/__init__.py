@@ -1,6 +1,6 @@
 """The start-up rules: every check a configuration must pass before anything heavy starts, grouped by the section
 they check (``versions``: the installed verl, ``cluster``, ``inputs``, ``algorithm``, ``sampling``, ``reward``,
-``trainers``, and ``verl``: the rules that need verl imported).
+``trainers``, ``checkpoints``: the checkpoint a run resumes from, and ``verl``: the rules that need verl imported).
 
 A real start-up (``python -m recipe_dapo.main_dapo``) and a dry run (``DRY_RUN=1`` / ``python -m
 recipe_dapo.dry_run``) call the same :func:`check_config`. The only difference is what happens to an input file
@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.preflight.algorithm import rule_algorithm, rule_clip
 from recipe_dapo.preflight.base import CheckReport, DAPOConfigError, Rule
+from recipe_dapo.preflight.checkpoints import rule_checkpoint_resume
 from recipe_dapo.preflight.cluster import rule_batch_sizes, rule_cluster_shape, rule_cpu_memory, rule_cpu_seeded_prefill
 from recipe_dapo.preflight.inputs import rule_data_files, rule_model_path, rule_prompt_lengths
 from recipe_dapo.preflight.reward import rule_legacy_keys, rule_reward
@@ -58,6 +59,7 @@ RULES: tuple[Rule, ...] = (
     rule_model_path,
     rule_cpu_memory,
     rule_cpu_seeded_prefill,
+    rule_checkpoint_resume,
 )
 VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_v1_installed, rule_verl_configs, rule_prompt_lengths)
 

@@ -1,6 +1,10 @@
 """Checkpoints of both trainers: the recipe's own state in a verl checkpoint folder
 (``global_step_<k>/dapo_state.pt``), the last good checkpoint, and a save that fails cleanly.
 
+With it goes the shape the run was made with (``dapo_shape.json``: ``rollout.n``, the batch sizes), which a resume
+must keep; what a rerun checks at start-up about the checkpoint it resumes from (its shape, damaged files, free
+space) is :mod:`recipe_dapo.trainers.checkpoint_guard`.
+
 The recipe's state is written before verl's checkpoint (to a temporary name, then renamed): verl marks the step as the
 latest last (``latest_checkpointed_iteration.txt``), so a run killed at any moment resumes from a complete checkpoint.
 Read after verl restored its step.
@@ -23,6 +27,9 @@ from typing import Callable, Optional
 
 import torch
 from omegaconf import DictConfig
+
+from recipe_dapo.trainers.checkpoint_guard import folder_bytes, free_bytes as _free_bytes, write_shape
+from recipe_dapo.trainers.checkpoint_guard import _size as _gib
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +56,7 @@ def save_recipe_state(config: DictConfig, step: int, state: dict) -> str:
         _remove_quietly(path + ".tmp")
         raise
     os.replace(path + ".tmp", path)
+    write_shape(folder, config)
     return path
 
 
@@ -63,7 +71,15 @@ def load_recipe_state(config: DictConfig, step: int) -> Optional[dict]:
     if not os.path.exists(path):
         logger.warning("no dynamic-sampling state at %s: the sampler starts empty", path)
         return None
-    return torch.load(path, weights_only=False)
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as error:  # a truncated or corrupt file: name it, not an 80-line traceback from torch
+        raise RuntimeError(
+            f"{path} cannot be loaded ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+            "resume from an earlier checkpoint (trainer.resume_mode=resume_path trainer.resume_from_path=...) or set "
+            "dapo.resume.fallback_to_previous=true"
+        ) from None
+
 
 
 def resume_line(step: int, pooled_groups: int, stream: str) -> str:
@@ -106,17 +122,6 @@ class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written; the message is one line (module docstring)."""
 
 
-def folder_bytes(folder: str) -> int:
-    total = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:
-                pass
-    return total
-
-
 def _model_bytes_estimate(model_path: Optional[str]) -> Optional[int]:
     """A checkpoint's size from the model's weight files: fp32 weights + Adam's two fp32 moments (3 x 4 bytes per
     parameter), the parameter count from the files' size and ``config.json``'s ``torch_dtype``."""
@@ -147,23 +152,6 @@ def checkpoint_bytes_estimate(checkpoint_dir: str, model_path: Optional[str] = N
         if size:
             return size
     return _model_bytes_estimate(model_path)
-
-
-def _gib(count: Optional[int]) -> str:
-    if count is None:
-        return "unknown"
-    if count < 1 << 30:
-        return f"{count / (1 << 20):.1f} MiB"
-    return f"{count / (1 << 30):.1f} GiB"
-
-
-def _free_bytes(path: str) -> Optional[int]:
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
-    try:
-        return shutil.disk_usage(path or ".").free
-    except OSError:
-        return None
 
 
 def is_disk_full(error: BaseException) -> bool:
