@@ -18,8 +18,10 @@ first step pays for compilation and warm-up), generated groups per trained group
 rate, keep rate = qualifying / generated over the run: so ``gen/ideal`` = qualifying / trained, 1.000 when every
 qualifying group was trained; the run's final pool counts against it), qualifying groups discarded (recipe: dropped
 as older than max_staleness; verl: ``discarded_surplus_samples``), where a step's time goes, and peak memory (the
-largest sum of PSS over every process of the run, sampled every 0.5 s). Each figure is the mean over repeats, with
-[min-max] where it varies.
+largest sum of PSS over every process of the run, sampled every 0.5 s). Each figure is the mean over the repeats that
+completed, with [min-max] where it varies; the table says how many completed per arm. A repeat that failed is
+reported, not skipped: the RESULT line carries ``failed_repeats=<count>`` (and which arm and repeat under the table),
+and the bench exits with status 1.
 
 Where a step's time goes (means over steps 2..N; ``COLUMNS`` says what each column measures, and the bench prints it
 under the table): verl's own timers for every arm (``timing_s/gen``: sampling, from the step's start until the batch
@@ -361,6 +363,7 @@ def main(argv=None) -> None:
                   ("MODEL_PATH", "TRAIN_FILE", "VAL_FILE"))
 
     results: dict[str, list[dict]] = {arm: [] for arm in args.arms}
+    failures: list[str] = []
     for repeat in range(args.repeats):
         order = args.arms[repeat % len(args.arms):] + args.arms[: repeat % len(args.arms)]
         for arm in order:
@@ -368,29 +371,41 @@ def main(argv=None) -> None:
                 result = run_arm(arm, repeat, args, assets)
             except (RuntimeError, subprocess.TimeoutExpired) as error:  # one arm's failure leaves the others' figures
                 print(f"repeat {repeat} {arm}: FAILED: {error}", flush=True)
+                failures.append(f"{arm} repeat {repeat}")
                 continue
             results[arm].append(result)
             print(f"repeat {repeat} {arm}: {result}", flush=True)
         if repeat + 1 < args.repeats:  # the figures so far, in case the run is cut short
-            report({arm: runs for arm, runs in results.items() if runs}, args, repeat + 1)
-    report({arm: runs for arm, runs in results.items() if runs}, args, args.repeats)
+            report({arm: runs for arm, runs in results.items() if runs}, args, repeat + 1, failures)
+    sys.exit(finish(results, args, failures))
 
 
-def report(results: dict[str, list[dict]], args, repeats: int) -> None:
-    """The table (mean [min-max] over repeats) and the RESULT line."""
+def finish(results: dict[str, list[dict]], args, failures: list[str]) -> int:
+    """The final table and RESULT line; the exit status: 1 when a repeat failed (its figures are missing), else 0."""
+    report({arm: runs for arm, runs in results.items() if runs}, args, args.repeats, failures)
+    return 1 if failures else 0
+
+
+def report(results: dict[str, list[dict]], args, repeats: int, failures: list[str] = ()) -> None:
+    """The table (mean [min-max] over the repeats that completed) and the RESULT line, with the failed repeats."""
     arms = [arm for arm in args.arms if arm in results]
 
     def mean(arm: str, key: str) -> float:
         return statistics.mean(r[key] for r in results[arm])
 
     print(f"\n{args.steps} steps per run (s/step over steps 2-{args.steps}), {repeats} repeat(s), arms interleaved;"
-          " mean [min-max] over repeats")
+          " mean [min-max] over the repeats that completed")
     columns = [(name, key, fmt) for name, key, fmt, _ in COLUMNS]
-    print("| arm | " + " | ".join(name for name, _, _ in columns) + " |")
-    print("|---" * (len(columns) + 1) + "|")
+    print("| arm | repeats | " + " | ".join(name for name, _, _ in columns) + " |")
+    print("|---" * (len(columns) + 2) + "|")
     for arm in arms:
         cells = [spread([r[key] for r in results[arm]], fmt) for _, key, fmt in columns]
-        print(f"| {arm} | " + " | ".join(cells) + " |")
+        print(f"| {arm} | {len(results[arm])} of {repeats} | " + " | ".join(cells) + " |")
+    for arm in args.arms:
+        if arm not in arms:
+            print(f"| {arm} | 0 of {repeats} | " + " | ".join("failed" for _ in columns) + " |")
+    if failures:
+        print(f"FAILED repeats (their figures are missing above): {', '.join(failures)}")
     for name, _, _, meaning in COLUMNS:
         print(f"  {name}: {meaning}")
     line = []
@@ -408,6 +423,7 @@ def report(results: dict[str, list[dict]], args, repeats: int) -> None:
         value = max(r[key] for r in results[arm]) if how == "max" else mean(arm, key)
         digits = 2 if key == "step_s" else 3 if key == "gen_over_ideal" else 1
         line.append(f"{name}={value:.{digits}f}")
+    line.append(f"failed_repeats={len(failures)}")
     print(("RESULT " if repeats == args.repeats else f"PARTIAL after {repeats} repeat(s): ") + " ".join(line), flush=True)
 
 
