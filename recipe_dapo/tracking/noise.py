@@ -241,7 +241,7 @@ class Phase:
     pattern: str
     """Regular expression searched in the line (``in_prefix``: in Ray's ``(Actor pid=...)`` prefix instead)."""
     done: str
-    """The console line's text: what is now up or under way."""
+    """The console line's text: what is now up or under way ("": no line, only what the heartbeat says changes)."""
     next: str
     """What the run does until the next phase (said by the heartbeat when it takes long)."""
     source: str
@@ -250,6 +250,8 @@ class Phase:
 
 
 STARTUP_PHASES: tuple[Phase, ...] = (
+    Phase(r"^ray init kwargs: ", "", "starting Ray", "verl.trainer.main_ppo, print before ray.init (no console line: "
+          "the heartbeat's words change)"),
     Phase(r"Started a local Ray instance|Connected to Ray cluster", "Ray cluster up",
           "starting the task runner (a Ray actor)", "ray.init, an INFO line on the driver's stderr"),
     Phase(r"TaskRunner", "task runner started", "reading the data and building the trainer",
@@ -349,7 +351,7 @@ class ConsoleRouter:
         self._clock = clock
         self.started = self._last_phase = self._last_shown = clock()
         self.starting = not show_all
-        self.doing = "starting Ray"
+        self.doing = "checking the configuration and the data"
         self._phases = [(re.compile(phase.pattern), phase) for phase in STARTUP_PHASES]
         self._phases_seen: set[int] = set()
 
@@ -381,7 +383,10 @@ class ConsoleRouter:
             if index not in self._phases_seen and pattern.search(prefix if phase.in_prefix else body):
                 self._phases_seen.add(index)
                 now = self._clock()
-                took, self._last_phase, self.doing = now - self._last_phase, now, phase.next
+                self.doing = phase.next
+                if not phase.done:
+                    return None
+                took, self._last_phase = now - self._last_phase, now
                 return f"start-up, {now - self.started:.0f} s: {phase.done} ({took:.0f} s)"
         return None
 
