@@ -56,12 +56,34 @@ def test_the_knob_table_documents_every_keep_rule_and_skip_setting_with_its_defa
         assert shown(default) in row[3], (name, default, row[3])
 
 
-def test_the_readme_holds_the_generated_table_of_every_dapo_setting():
-    """Every field and default of every dapo.* section is in the README, as generated from the typed settings."""
+def test_the_settings_page_holds_the_generated_table_of_every_dapo_setting():
+    """Every field and default of every dapo.* section is in docs/settings.md (which the README's Settings section
+    links), as generated from the typed settings."""
     from recipe_dapo.config.knobs import settings_rows, with_table
 
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert with_table(readme) == readme, "run: python -m recipe_dapo.config.knobs --write README.md"
+    settings = (REPO_ROOT / "docs" / "settings.md").read_text()
+    assert with_table(settings) == settings, "run: python -m recipe_dapo.config.knobs --write docs/settings.md"
     keys = [key for key, _, _ in settings_rows()]
     assert "dapo.dynamic_sampling.skip.explore_step" in keys and "dapo.overlong_filter.enable" in keys
-    assert all(f"| `{key}` |" in readme for key in keys)
+    assert all(f"| `{key}` |" in settings for key in keys)
+    assert "](docs/settings.md)" in README
+
+
+def test_the_readme_is_for_users():
+    """A table of contents whose links reach its headings, a length one can read, and nothing that speaks of the
+    project's tracker or of folders only its developers have."""
+    headings = re.findall(r"^#{2,3} (.+)$", README, re.M)
+
+    def anchor(title: str) -> str:
+        return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+    anchors = {anchor(title) for title in headings}
+    contents = README.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"\]\(#([^)]+)\)", contents)
+    assert len(links) >= 8 and set(links) <= anchors, set(links) - anchors
+    assert len(README.splitlines()) <= 320
+    assert not re.search(r"\bissues? \d+", README, re.I)
+    assert "../shared" not in README
+    assert not re.search(r"\b[0-9a-f]{7}\b", README), "no commit hashes (history goes in CHANGELOG.md)"
+    for path in re.findall(r"\]\(((?:docs/|CHANGELOG)[^)#]*)", README):
+        assert (REPO_ROOT / path).exists(), path

@@ -332,12 +332,15 @@ def _console_logging() -> None:
     recipe.propagate = False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line. Run as ``python -m``, the console shows the recipe's lines, warnings, errors and progress
-    bars, and every line of vLLM goes to ``--out``/evaluation.log (``DAPO_CONSOLE_FILTER=0``: all on the console)."""
-    from recipe_dapo.tracking.noise import attach_log_path, recipe_line
+def main(argv: Sequence[str] | None = None, quiet_console: bool = False) -> int:
+    """The command line. With ``quiet_console`` (``python -m``), once the arguments parse (``--help`` prints as
+    argparse does), the console shows the recipe's lines, warnings, errors and progress bars, and every line of vLLM
+    goes to ``--out``/evaluation.log (``DAPO_CONSOLE_FILTER=0``: all on the console)."""
+    from recipe_dapo.tracking.noise import attach_log_path, install_console_filter, recipe_line
 
     args = build_parser().parse_args(argv)
+    if quiet_console:  # before vLLM is imported; its engine processes write to the descriptors
+        install_console_filter(argv=[], child_processes=True)
     _console_logging()
     try:
         prepared = prepare(args)
@@ -356,8 +359,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # First, before vLLM is imported: the console shows the recipe's lines, the log file keeps every line.
-    from recipe_dapo.tracking.noise import install_console_filter
-
-    install_console_filter(argv=[], child_processes=True)  # vLLM's engine process writes to the descriptors
-    sys.exit(main())
+    sys.exit(main(quiet_console=True))

@@ -1,0 +1,140 @@
+"""Every command the README shows works as written, in the environment its first command makes.
+
+The commands are read from the README's ``bash`` blocks (continued lines joined, comments dropped). Each is checked
+as far as it can be without training or a GPU: the recipe's ``python -m`` commands parse the README's arguments with
+their own parsers and answer ``--help``; Hydra overrides compose with the real config; the report runs on a real
+run's metrics file laid out as the default run writes it; ``.venv/bin/X`` tools exist in this environment; what the
+report needs is a requirement of every install (``test_report_on_cpu.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, compose_recipe_config
+
+README = (REPO_ROOT / "README.md").read_text()
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "metrics_cpu_run.jsonl"
+CPU_RUN = ["platform=cpu", "size=cpu_tiny"]  # what scripts/run_dapo_cpu.sh puts before the user's overrides
+
+
+def readme_commands() -> list[str]:
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#\s.*$", "", line).strip()
+            if line:
+                commands.append(line)
+    return commands
+
+
+COMMANDS = readme_commands()
+
+
+def words(command: str) -> list[str]:
+    return shlex.split(command.replace("$HOME", "/home/user").replace("~", "/home/user"))
+
+
+def module_commands(module: str) -> list[list[str]]:
+    """The arguments of every README command that runs ``python -m module`` (in the venv or not)."""
+    found = []
+    for command in COMMANDS:
+        for part in command.split("&&"):
+            argv = words(part)
+            if len(argv) >= 3 and argv[0] in ("python", ".venv/bin/python") and argv[1:3] == ["-m", module]:
+                found.append(argv[3:])
+    return found
+
+
+def test_the_readme_shows_the_commands_this_test_checks():
+    # The scan itself: without these, the checks below would pass on nothing.
+    assert module_commands("recipe_dapo.report") and module_commands("recipe_dapo.evaluation.evaluate")
+    assert module_commands("recipe_dapo.main_dapo") and any("run_dapo_cpu.sh" in c for c in COMMANDS)
+
+
+def test_commands_on_the_cpu_path_use_the_installed_environment():
+    """After `bash scripts/install_cpu.sh`, a bare `python` is not the environment it made: the CPU-path commands say
+    `.venv/bin/python` (the GPU section's `pip install -e .[gpu]` is into the user's own environment)."""
+    gpu_section = README.split("## On GPUs", 1)[1].split("\n## ", 1)[0]
+    cpu_blocks = README.split("## On GPUs", 1)[0]
+    for block in re.findall(r"```bash\n(.*?)```", cpu_blocks, re.S):
+        for line in block.splitlines():
+            if "--model PATH" not in line:  # the paper's setting, for a GPU machine's environment
+                assert not re.match(r"\s*python\b", line), line
+    assert "source .venv/bin/activate" in README
+    assert "pip install" in gpu_section
+
+
+def test_every_venv_tool_the_readme_names_is_in_the_environment():
+    tools = set(re.findall(r"\.venv/bin/([\w.-]+)", README))
+    assert {"python", "tensorboard"} <= tools
+    for tool in tools:
+        assert (Path(sys.prefix) / "bin" / tool).exists(), f".venv/bin/{tool}"
+
+
+@pytest.mark.parametrize("module", ["recipe_dapo.report", "recipe_dapo.evaluation.evaluate", "recipe_dapo.data",
+                                    "recipe_dapo.preflight.install"])
+def test_the_recipes_commands_answer_help(module):
+    named = set(re.findall(r"-m (recipe_dapo[\w.]*)", README))
+    assert module in named, module
+    if module == "recipe_dapo.preflight.install":
+        return  # it checks the installation when run: tests/test_wheelhouse_on_cpu.py runs it
+    completed = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0 and "usage:" in completed.stdout, completed.stderr
+
+
+def test_the_evaluation_commands_parse_as_written():
+    from recipe_dapo.evaluation.evaluate import build_parser
+
+    for argv in module_commands("recipe_dapo.evaluation.evaluate"):
+        args = build_parser().parse_args(argv)
+        assert args.model and args.data and args.out and args.max_response_length
+    trained = [argv for argv in module_commands("recipe_dapo.evaluation.evaluate") if "runs/dapo_cpu/checkpoints" in argv]
+    assert trained, "the README evaluates what the default run trained"
+
+
+def test_the_data_commands_parse_as_written():
+    from recipe_dapo.data.cli import build_parser
+
+    inline = re.findall(r"`python -m\s+recipe_dapo\.data ([^`]+)`", README.replace("\n", " "))
+    assert any(text.startswith("prepare ") for text in inline)
+    for text in inline:
+        argv = words(text.replace(" N", " 512"))
+        if "--help" not in argv:
+            build_parser().parse_args(argv)
+
+
+def test_the_training_overrides_compose_with_the_real_config():
+    for command in COMMANDS:
+        for part in command.split("&&"):
+            argv = [word for word in words(part) if "=" not in word or "." in word.split("=")[0]
+                    or word.startswith(("size=", "ablation=", "sampling=", "platform="))]
+            if "scripts/run_dapo_cpu.sh" in part:
+                overrides = argv[argv.index("scripts/run_dapo_cpu.sh") + 1:]
+                config = compose_recipe_config([*CPU_RUN, *overrides])
+                if any(o.startswith("trainer.logger=") for o in overrides):
+                    assert list(config.trainer.logger) == ["console", "file", "wandb", "tensorboard"]
+            elif argv[:3] in (["python", "-m", "recipe_dapo.main_dapo"], [".venv/bin/python", "-m",
+                                                                          "recipe_dapo.main_dapo"]):
+                compose_recipe_config(argv[3:])
+
+
+def test_the_report_command_draws_the_default_run_as_written(tmp_path):
+    """`.venv/bin/python -m recipe_dapo.report runs/dapo_cpu` in a checkout where the default run has run."""
+    pytest.importorskip("matplotlib")
+    command = next(argv for argv in module_commands("recipe_dapo.report") if argv == ["runs/dapo_cpu"])
+    run = tmp_path / "runs" / "dapo_cpu" / "recipe_dapo"
+    run.mkdir(parents=True)
+    shutil.copy(FIXTURE, run / "dapo_cpu.jsonl")  # where scripts/run_dapo_cpu.sh's run writes its metrics
+    completed = subprocess.run([sys.executable, "-m", "recipe_dapo.report", *command], capture_output=True, text=True,
+                               timeout=300, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert (tmp_path / "runs" / "dapo_cpu" / "run_report.png").stat().st_size > 10_000
+    assert "| dapo_cpu | 6 (1-6) |" in (tmp_path / "runs" / "dapo_cpu" / "run_report.md").read_text()
