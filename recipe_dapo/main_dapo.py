@@ -28,7 +28,7 @@ import recipe_dapo.config  # noqa: E402,F401  (registers what Hydra needs to com
 from recipe_dapo.cpu.memory import apply_cpu_kv_cache  # noqa: E402
 from recipe_dapo.preflight import DAPOConfigError, check_config  # noqa: E402
 from recipe_dapo.tracking.noise import attach_log_file, recipe_line  # noqa: E402
-from recipe_dapo.trainers.run_lock import hold_run_folder  # noqa: E402
+from recipe_dapo.preflight.checkpoints import hold_run_folder  # noqa: E402
 from recipe_dapo.trainers.table import load, trainer_for  # noqa: E402
 
 logger = logging.getLogger(__name__)

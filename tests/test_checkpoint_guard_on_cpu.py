@@ -1,5 +1,6 @@
 """What a rerun checks about the checkpoint it resumes from (``trainers.checkpoint_guard``, the start-up rule
-``preflight.checkpoints``), and one run per checkpoint folder (``trainers.run_lock``): on real files in tmp folders,
+``preflight.checkpoints``), and one run per checkpoint folder (``trainers.run_lock``, taken by
+``preflight.checkpoints.hold_run_folder``): on real files in tmp folders,
 with checkpoints written the way the trainers write them (``checkpoint_state.save_recipe_state`` and torch files laid
 out as verl's FSDP checkpoint manager lays them out)."""
 
@@ -192,7 +193,7 @@ def test_a_second_launch_into_a_held_folder_is_refused_naming_the_first_runs_pid
     import socket
 
     from recipe_dapo.preflight.base import DAPOConfigError
-    from recipe_dapo.trainers.run_lock import hold_run_folder
+    from recipe_dapo.preflight.checkpoints import hold_run_folder
 
     first = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)

@@ -11,14 +11,13 @@ locks of a process that ends, even after ``kill -9``), so a crashed run never bl
 
 from __future__ import annotations
 
-import atexit
 import datetime
 import fcntl
 import json
 import os
 import socket
 import sys
-from typing import Any, Optional
+from typing import Optional
 
 LOCK_FILE = ".dapo_run.lock"
 
@@ -89,25 +88,3 @@ def _describe(holder: dict) -> str:
     if holder.get("started"):
         described += f", started {holder['started']}"
     return described
-
-
-_held: list[RunLock] = []
-
-
-def hold_run_folder(config: Any) -> Optional[RunLock]:
-    """Take the lock of the run's ``trainer.default_local_dir`` for the rest of this process (released at exit);
-    raise :class:`~recipe_dapo.preflight.base.DAPOConfigError` (a one-line refusal) when another run holds it."""
-    from omegaconf import OmegaConf
-
-    from recipe_dapo.preflight.base import DAPOConfigError
-
-    folder = OmegaConf.select(config, "trainer.default_local_dir")
-    if not folder:
-        return None
-    try:
-        lock = RunLock(str(folder)).acquire()
-    except FolderInUse as error:
-        raise DAPOConfigError([str(error)]) from None
-    _held.append(lock)
-    atexit.register(lock.release)
-    return lock
