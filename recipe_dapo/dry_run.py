@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from recipe_dapo.main_dapo import main as run_main
 from recipe_dapo.main_dapo import refusals_exit_cleanly
 from recipe_dapo.preflight import CheckReport, check_config, check_rules
+from recipe_dapo.preflight.memory_rule import plan_lines
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ def _hydra_main(config: DictConfig) -> None:
     with refusals_exit_cleanly():
         report = dry_run(config)
     log_report(report)
+    for line in plan_lines(config):  # the per-GPU memory plan (recipe_dapo.preflight.memory_plan)
+        logger.info("%s", line)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ sections keep verl's dataclasses (``_target_``); ``reward.reward_kwargs`` is rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import MISSING  # a value the size / ablation group must set
 
@@ -90,6 +90,24 @@ class CpuSettings:
 
 
 @dataclass
+class MemorySettings:
+    """``dapo.memory``: the per-GPU memory plan (``recipe_dapo.preflight.memory_plan``), printed by a dry run and
+    checked at start-up."""
+
+    gpu_memory_gib: Optional[float] = None
+    """Memory of one GPU in GiB, as torch reports it (79.2 for an 80 GB H100 or A100, 39.4 for 40 GB); null: the plan
+    is printed without headroom and the start-up check is skipped."""
+    enforce: bool = True
+    """Refuse to start when a phase's planned peak exceeds the GPU, naming the phase, the term and the fix; false: a
+    warning instead."""
+    model_config: Optional[str] = None
+    """A ``config.json`` (or its folder) for the plan when the model folder is not on this machine and is not one of
+    the launch scripts' models; null: the model folder's own."""
+    overhead_gib: float = 2.0
+    """GiB per GPU the plan sets aside for what it does not count: CUDA contexts, NCCL buffers, allocator slack."""
+
+
+@dataclass
 class ResumeSettings:
     """``dapo.resume``: what a rerun does with the checkpoint it resumes from (``recipe_dapo.trainers.checkpoint_guard``).
 
@@ -141,5 +159,6 @@ class DapoSettings:
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     resume: ResumeSettings = field(default_factory=ResumeSettings)
     cpu: CpuSettings = field(default_factory=CpuSettings)
+    memory: MemorySettings = field(default_factory=MemorySettings)
     paths: PathsSettings = field(default_factory=PathsSettings)
     name: NameSettings = field(default_factory=NameSettings)

@@ -1,6 +1,7 @@
 """The start-up rules: every check a configuration must pass before anything heavy starts, grouped by the section
 they check (``versions``: the installed verl, ``cluster``, ``inputs``, ``algorithm``, ``sampling``, ``reward``,
-``trainers``, ``checkpoints``: the checkpoint a run resumes from, and ``verl``: the rules that need verl imported).
+``trainers``, ``checkpoints``: the checkpoint a run resumes from, ``memory_rule``: the per-GPU memory plan, and
+``verl``: the rules that need verl imported).
 
 A real start-up (``python -m recipe_dapo.main_dapo``) and a dry run (``DRY_RUN=1`` / ``python -m
 recipe_dapo.dry_run``) call the same :func:`check_config`. The only difference is what happens to an input file
@@ -33,6 +34,7 @@ from recipe_dapo.preflight.base import CheckReport, DAPOConfigError, Rule
 from recipe_dapo.preflight.checkpoints import rule_checkpoint_resume
 from recipe_dapo.preflight.cluster import rule_batch_sizes, rule_cluster_shape, rule_cpu_memory, rule_cpu_seeded_prefill
 from recipe_dapo.preflight.inputs import rule_data_files, rule_model_path, rule_prompt_lengths
+from recipe_dapo.preflight.memory_rule import rule_memory_plan
 from recipe_dapo.preflight.reward import rule_legacy_keys, rule_reward
 from recipe_dapo.preflight.sampling import rule_dynamic_sampling, rule_filter_metric, rule_prompt_keys
 from recipe_dapo.preflight.trainers import rule_ignored_options, rule_preemption, rule_trainer, rule_v1_installed
@@ -60,6 +62,7 @@ RULES: tuple[Rule, ...] = (
     rule_cpu_memory,
     rule_cpu_seeded_prefill,
     rule_checkpoint_resume,
+    rule_memory_plan,
 )
 VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_v1_installed, rule_verl_configs, rule_prompt_lengths)
 

@@ -1,0 +1,342 @@
+"""The memory plan against torch's own accounting of real verl actor passes, on CPU.
+
+    nice -n 10 .venv/bin/python bench/memory_plan_check.py            # about 3 minutes on 2 cores
+    nice -n 10 .venv/bin/python bench/memory_plan_check.py --quick    # 3 shapes, 1 rank
+
+For each shape (tiny Qwen2 models of a few sizes built from a config, no download; gradient checkpointing on and off;
+fixed and dynamic micro-batches; 1 and 2 ranks over gloo), every rank builds verl's own FSDP engine
+(``verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead``: FSDP2 with verl's mixed precision, wrap policy,
+optimizer and gradient checkpointing, as the actor worker builds it on ``platform=cpu``) and runs, as the actor worker
+does: one warm-up update (``forward_backward_batch`` + ``optimizer_step``, so that AdamW's moments exist), an
+old-log-prob pass (``forward_backward_batch(forward_only=True)`` with ``calculate_entropy``), then an update whose
+``forward_backward_batch`` (two micro-batches, gradients already accumulated) and ``optimizer_step`` are each tracked
+by torch's ``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``. The plan
+(``recipe_dapo.preflight.memory_plan.plan_memory`` in its CPU mode: no flash-attn kernel, padded batches, no
+prefetch, single-tensor AdamW) is compared term by term with the tracker's peak snapshot of rank 0:
+
+    parameters       <-> Sharded Param            gradients   <-> Sharded Grad
+    AdamW moments    <-> OptState (forward/backward peak); moments + temporaries <-> OptState (optimizer step peak)
+    gathered weights <-> Unsharded Param          activations, logits <-> Activation + Temp + Unsharded Grad + ...
+    total            <-> Total
+
+Offload cannot be measured on a CPU (the "device" is the host), and vLLM's KV cache is compared with vLLM's own
+objects instead: ``FullAttentionSpec.page_size_bytes`` per layer and ``_get_kv_cache_bytes_per_block`` over the model's
+layers for the bytes a token takes, and the same integer division as ``get_kv_cache_config_from_groups`` for the
+tokens a cache holds.
+
+Last line: ``RESULT max_term_rel_error=... total_rel_error=... kv_bytes_per_token_match=0|1 shapes=N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+MODELS = {
+    # name: (vocab, hidden, layers, heads, kv_heads, intermediate, tied)
+    "q8k-h128-l4": (8192, 128, 4, 4, 2, 384, False),
+    "q16k-h256-l2-tied": (16384, 256, 2, 8, 2, 704, True),
+    "q2k-h256-l4-wide": (2048, 256, 4, 8, 4, 1536, False),
+}
+PROMPT, RESPONSE, ROWS = 16, 48, 8  # a mini-batch of 8 full-length sequences of 64 tokens per rank
+MICRO, BUDGET = 4, 256  # fixed: 4 sequences a micro-batch; dynamic: 256 tokens (4 sequences)
+
+# (model, gradient checkpointing, dynamic micro-batches, ranks)
+SHAPES = [("q8k-h128-l4", True, False, 1), ("q8k-h128-l4", False, True, 1),
+          ("q16k-h256-l2-tied", True, True, 1), ("q16k-h256-l2-tied", False, False, 1),
+          ("q2k-h256-l4-wide", True, False, 1), ("q2k-h256-l4-wide", False, True, 1),
+          ("q8k-h128-l4", True, True, 2), ("q2k-h256-l4-wide", True, False, 2)]
+QUICK = [("q8k-h128-l4", True, False, 1), ("q8k-h128-l4", False, True, 1), ("q2k-h256-l4-wide", True, False, 1)]
+
+TERM_OF = {  # the tracker's categories -> the plan's term groups
+    "Sharded Param": "parameters", "Sharded Grad": "gradients", "OptState": "optimizer",
+    "Unsharded Param": "gathered", "Activation": "activations", "Temp": "activations", "Unsharded Grad": "activations",
+    "All Gather": "activations", "Reduce Scatter": "activations", "Inputs": "activations", "Buffer": "activations",
+}
+MIN_TERM_BYTES = 64 << 10  # terms smaller than this are listed but not scored (a few KiB of ids, masks, scalars)
+
+
+def hf_config(model: str) -> dict:
+    vocab, hidden, layers, heads, kv_heads, intermediate, tied = MODELS[model]
+    return dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                num_key_value_heads=kv_heads, intermediate_size=intermediate, tie_word_embeddings=tied,
+                max_position_embeddings=4096, model_type="qwen2")
+
+
+# ------------------------------------------------------------------------------------------------- the plan's side
+
+
+def plan_groups(model: str, gc: bool, dynamic: bool, world: int) -> dict[str, dict[str, int]]:
+    from recipe_dapo.preflight.memory_plan import Layout, plan_memory
+
+    layout = Layout(
+        world=world, fsdp=world, sp=1, ref_sp=1, tp=1, prompt=PROMPT, response=RESPONSE, mini_rows_per_gpu=ROWS,
+        dynamic=dynamic, update_tokens_budget=BUDGET, update_micro=MICRO, logprob_tokens_budget=BUDGET,
+        logprob_micro=MICRO, ref_tokens_budget=BUDGET, ref_micro=MICRO, param_bytes=4, compute_bytes=2,
+        rollout_bytes=2, kv_bytes=2, param_offload=False, optimizer_offload=False, offload_policy=False,
+        no_sync_accumulation=False, gradient_checkpointing=gc, activation_offload=False, remove_padding=False,
+        entropy_in_update=False, entropy_checkpointing=False, entropy_chunk=0, fused_kernels=False,
+        compiled_entropy=False, lora_rank=0, lora_targets=None, use_ref=False, gpu_memory_utilization=0.5,
+        free_cache_engine=True, max_num_seqs=256, max_num_batched_tokens=BUDGET, round_sequences=ROWS,
+        per_node=world, device="cpu", overhead_bytes=0)
+    plan = plan_memory(layout, hf_config(model), None)
+    groups = {}
+    for phase in plan.phases:
+        if phase.name == "rollout":
+            continue
+        g: dict[str, int] = {}
+        for term in phase.terms:
+            g[_group(term.name)] = g.get(_group(term.name), 0) + term.bytes
+        g["total"] = phase.peak
+        groups[phase.name] = g
+    return groups
+
+
+def _group(name: str) -> str:
+    if name.startswith("actor parameters"):
+        return "parameters"
+    if name.startswith("actor gradients"):
+        return "gradients"
+    if name.startswith("AdamW"):
+        return "optimizer"
+    if name.startswith("gathered"):
+        return "gathered"
+    return "activations"
+
+
+# ----------------------------------------------------------------------------------------------- the measured side
+
+
+def worker(rank: int, world: int, port: int, shapes: list, out: str) -> None:
+    os.environ.update(VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), TOKENIZERS_PARALLELISM="false")
+    import logging
+
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(1 if world > 1 else 2)
+    from recipe_dapo.cpu import compat
+
+    compat.apply()
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    results = []
+    for model, gc, dynamic, _ in shapes:
+        results.append({"shape": [model, gc, dynamic, world], **measure(model, gc, dynamic, rank)})
+    if rank == 0:
+        with open(out, "w") as handle:
+            json.dump(results, handle)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def build_model_dir(model: str) -> str:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    folder = os.path.join(tempfile.gettempdir(), f"memory_plan_check_{model}")
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        tokenizer = Tokenizer(models.WordLevel({"<pad>": 0, "a": 1, "<unk>": 2}, unk_token="<unk>"))
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<pad>").save_pretrained(folder)
+        torch.manual_seed(0)
+        config = {k: v for k, v in hf_config(model).items() if k != "model_type"}
+        Qwen2ForCausalLM(Qwen2Config(**config, torch_dtype="float32")).save_pretrained(folder)
+    return folder
+
+
+def measure(model: str, gc: bool, dynamic: bool, rank: int) -> dict:
+    import torch
+    from tensordict import TensorDict
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    from verl.trainer.config import CheckpointConfig
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    folder = build_model_dir(model) if rank == 0 else None
+    torch.distributed.barrier()
+    folder = folder or os.path.join(tempfile.gettempdir(), f"memory_plan_check_{model}")
+    engine = FSDPEngineWithLMHead(
+        HFModelConfig(path=folder, use_remove_padding=False, enable_gradient_checkpointing=gc,
+                      override_config={"attn_implementation": "sdpa"}),
+        # as verl's fsdp.yaml sets it (the dataclass's own default is true)
+        FSDPEngineConfig(strategy="fsdp2", model_dtype="fp32", use_torch_compile=False,
+                         use_no_sync_for_gradient_accumulation=False),
+        FSDPOptimizerConfig(lr=1e-6, clip_grad=1.0, total_training_steps=10), CheckpointConfig())
+    engine.initialize()
+    seq = PROMPT + RESPONSE
+    vocab = MODELS[model][0]
+
+    def batch(entropy: bool) -> TensorDict:
+        ids = torch.randint(3, vocab, (ROWS, seq))
+        data = TensorDict({"input_ids": ids, "attention_mask": torch.ones(ROWS, seq, dtype=torch.long),
+                           "position_ids": torch.arange(seq).expand(ROWS, seq).clone(), "responses": ids[:, PROMPT:],
+                           "response_mask": torch.ones(ROWS, RESPONSE, dtype=torch.long)}, batch_size=[ROWS])
+        data = left_right_2_no_padding(data)
+        tu.assign_non_tensor(data, use_remove_padding=False, use_dynamic_bsz=dynamic, micro_batch_size_per_gpu=MICRO,
+                             max_token_len_per_gpu=BUDGET, calculate_entropy=entropy, temperature=1.0)
+        return data
+
+    def loss_fn(model_output, data, dp_group=None):
+        return -model_output["log_probs"].values().float().mean(), {}
+
+    def tracked(run) -> dict:
+        tracker = FSDPMemTracker(engine.module, engine.optimizer)
+        original = engine.forward_step
+
+        def forward_step(*args, **kwargs):  # one tracked iteration per micro-batch
+            tracker.reset_mod_stats()
+            return original(*args, **kwargs)
+
+        engine.forward_step = forward_step
+        try:
+            with tracker:
+                run()
+        finally:
+            engine.forward_step = original
+        peak = tracker.get_tracker_snapshot("peak")
+        snap = next((s for dev, s in peak.items() if str(dev) == "cpu"), {})
+        return {k: int(v) for k, v in snap.items()}
+
+    measured = {}
+    with engine.train_mode():
+        engine.forward_backward_batch(batch(False), loss_fn)
+        engine.optimizer_step()
+        engine.optimizer_zero_grad()
+        measured["old log-prob"] = tracked(lambda: engine.forward_backward_batch(batch(True), loss_fn,
+                                                                                   forward_only=True))
+        engine.forward_backward_batch(batch(False), loss_fn)  # gradients accumulated, as from an earlier micro-batch
+        measured["actor update"] = tracked(lambda: engine.forward_backward_batch(batch(False), loss_fn))
+        measured["optimizer step"] = tracked(engine.optimizer_step)
+        engine.optimizer_zero_grad()
+    del engine
+    return measured
+
+
+def measured_groups(snapshot: dict) -> dict[str, int]:
+    groups: dict[str, int] = {}
+    for category, value in snapshot.items():
+        if category == "Total":
+            continue
+        group = TERM_OF.get(category, "activations")
+        groups[group] = groups.get(group, 0) + value
+    groups["total"] = snapshot.get("Total", sum(groups.values()))
+    return groups
+
+
+# --------------------------------------------------------------------------------------------------------- KV cache
+
+
+def kv_check() -> tuple[int, list[str]]:
+    """KV bytes a token and the tokens a cache holds: the plan's against vLLM's own objects (1 when all agree)."""
+    import torch
+    from vllm.v1.core.kv_cache_utils import _get_kv_cache_bytes_per_block
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec
+
+    from recipe_dapo.preflight.memory_plan import KNOWN_MODELS, VLLM_BLOCK_TOKENS, Layout, ModelFacts, plan_memory
+
+    lines, ok = [], True
+    for name, facts in KNOWN_MODELS.items():
+        m = ModelFacts.from_config(facts, name)
+        for tp in (1, 2, 4):
+            if m.heads % tp:
+                continue
+            layout = Layout(
+                world=8, fsdp=8, sp=1, ref_sp=1, tp=tp, prompt=1024, response=3072, mini_rows_per_gpu=64,
+                dynamic=True, update_tokens_budget=16384, update_micro=4, logprob_tokens_budget=16384,
+                logprob_micro=4, ref_tokens_budget=16384, ref_micro=4, param_bytes=4, compute_bytes=2,
+                rollout_bytes=2, kv_bytes=2, param_offload=False, optimizer_offload=False, offload_policy=False,
+                no_sync_accumulation=False, gradient_checkpointing=True, activation_offload=False, remove_padding=True,
+                entropy_in_update=False, entropy_checkpointing=False, entropy_chunk=0, fused_kernels=False,
+                compiled_entropy=True, lora_rank=0, lora_targets=None, use_ref=False, gpu_memory_utilization=0.7,
+                free_cache_engine=True, max_num_seqs=256, max_num_batched_tokens=8192, round_sequences=2048,
+                per_node=8, device="cuda", overhead_bytes=0)
+            kv = plan_memory(layout, m, 80 << 30).kv
+            spec = FullAttentionSpec(block_size=VLLM_BLOCK_TOKENS, num_kv_heads=max(1, m.kv_heads // tp),
+                                     head_size=m.head_dim, dtype=torch.bfloat16)
+            group = KVCacheGroupSpec(layer_names=[f"model.layers.{i}.self_attn.attn" for i in range(m.layers)],
+                                     kv_cache_spec=spec)
+            per_block = _get_kv_cache_bytes_per_block([group])
+            vllm_per_token = per_block // VLLM_BLOCK_TOKENS
+            vllm_tokens = (kv.cache_bytes // per_block) * VLLM_BLOCK_TOKENS
+            agree = vllm_per_token == kv.bytes_per_token and vllm_tokens == kv.tokens
+            ok &= agree
+            lines.append(f"  {name:<22} TP {tp}: plan {kv.bytes_per_token:>7,} B/token {kv.tokens:>10,} tokens | vLLM "
+                         f"{vllm_per_token:>7,} B/token {vllm_tokens:>10,} tokens  {'match' if agree else 'MISMATCH'}")
+    return int(ok), lines
+
+
+# ------------------------------------------------------------------------------------------------------------- main
+
+
+def run_world(world: int, shapes: list) -> list:
+    import torch.multiprocessing as mp
+
+    out = tempfile.mktemp(suffix=".json")
+    port = 29500 + (os.getpid() % 1000) + world
+    mp.spawn(worker, args=(world, port, shapes, out), nprocs=world, join=True)
+    with open(out) as handle:
+        return json.load(handle)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 shapes at 1 rank")
+    parser.add_argument("--shape", help="one shape: model,gc(0|1),dynamic(0|1),ranks; prints the raw snapshots")
+    args = parser.parse_args(argv)
+    shapes = QUICK if args.quick else SHAPES
+    if args.shape:
+        model, gc, dyn, world = args.shape.split(",")
+        shapes = [(model, gc == "1", dyn == "1", int(world))]
+    start = time.time()
+    results = []
+    for world in sorted({s[3] for s in shapes}):  # a fresh process per rank: a process group per world
+        results += run_world(world, [s for s in shapes if s[3] == world])
+    worst_term, worst_total, rows = 0.0, 0.0, []
+    print(f"{'shape':<38} {'phase':<15} {'term':<12} {'plan KiB':>10} {'torch KiB':>10} {'rel err':>8}")
+    for result in results:
+        model, gc, dynamic, world = result["shape"]
+        plan = plan_groups(model, gc, dynamic, world)
+        label = f"{model} gc={'on' if gc else 'off'} {'dyn' if dynamic else 'fixed'} x{world}"
+        for phase in ("actor update", "optimizer step", "old log-prob"):
+            measured = measured_groups(result[phase])
+            planned = plan[phase]
+            for term in ("parameters", "gradients", "optimizer", "gathered", "activations", "total"):
+                p, t = planned.get(term, 0), measured.get(term, 0)
+                if max(p, t) == 0:
+                    continue
+                err = abs(p - t) / max(t, 1)
+                scored = max(p, t) >= MIN_TERM_BYTES
+                if scored and term == "total":
+                    worst_total = max(worst_total, err)
+                elif scored:
+                    worst_term = max(worst_term, err)
+                print(f"{label:<38} {phase:<15} {term:<12} {p / 1024:>10.0f} {t / 1024:>10.0f} "
+                      f"{err:>7.1%}{'' if scored else ' (not scored: < 64 KiB)'}")
+    if args.shape:
+        for phase, snap in results[0].items():
+            if phase != "shape":
+                print(phase, {k: round(v / 1024) for k, v in snap.items() if v})
+    kv_match, kv_lines = kv_check()
+    print("KV cache, the plan against vLLM's FullAttentionSpec / _get_kv_cache_bytes_per_block (80 GiB, util 0.7):")
+    print("\n".join(kv_lines))
+    print(f"{len(results)} shapes in {time.time() - start:.0f} s")
+    print(f"RESULT max_term_rel_error={worst_term:.3f} total_rel_error={worst_total:.3f} "
+          f"kv_bytes_per_token_match={kv_match} shapes={len(results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The start-up rule of the memory plan: refuse a shape whose planned per-GPU peak exceeds the card, naming the phase,
+the term that decides it and the cheapest change that makes it fit; warn when vLLM's KV cache cannot hold one wave of
+a generation round. Pure (``recipe_dapo.preflight.memory_plan``); skipped on ``platform=cpu``, where
+``recipe_dapo.cpu.memory`` checks the host's memory instead."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Iterable
+
+from omegaconf import DictConfig
+
+from recipe_dapo.preflight.base import CheckReport, select
+
+# memory_plan is imported where it is used: `python -m recipe_dapo.preflight.memory_plan` must not find it imported
+# by the package first (runpy's warning)
+ACTOR, MODEL, REF, ROLLOUT = ("actor_rollout_ref.actor", "actor_rollout_ref.model", "actor_rollout_ref.ref",
+                              "actor_rollout_ref.rollout")
+
+logger = logging.getLogger(__name__)
+
+
+def rule_memory_plan(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """Every phase's planned peak fits the GPU (``dapo.memory.gpu_memory_gib``); ``dapo.memory.enforce=false`` turns
+    the refusal into a warning."""
+    if str(select(config, "trainer.device", "cuda")) == "cpu":
+        return []
+    from recipe_dapo.preflight.memory_plan import GPU_MISSING, PlanInputMissing, gib, plan_for_config
+
+    try:
+        plan = plan_for_config(config)
+    except PlanInputMissing as exc:
+        logger.warning("%s", exc)
+        return []
+    if plan.gpu_bytes is None:
+        logger.info("%s", GPU_MISSING)
+        return []
+    problems = [over_budget_message(plan, phase) for phase in plan.over_budget()]
+    kv = plan.kv
+    if kv is not None and not kv.holds_one_wave:
+        logger.warning(
+            "memory plan: vLLM's KV cache (%s GiB per TP rank) holds %d full-length sequences of %d tokens, fewer than "
+            "the %d one replica runs at once (min(max_num_seqs, a round's sequences per replica)): vLLM will run "
+            "them in waves or preempt; raise %s.gpu_memory_utilization, %s.tensor_model_parallel_size or lower "
+            "%s.max_num_seqs", gib(kv.cache_bytes), kv.full_sequences, kv.sequence_tokens, kv.sequences_at_once,
+            ROLLOUT, ROLLOUT, ROLLOUT)
+    if problems and not bool(select(config, "dapo.memory.enforce", True)):
+        for problem in problems:
+            logger.warning("%s (dapo.memory.enforce=false: starting anyway)", problem)
+        return []
+    return problems
+
+
+def plan_lines(config: DictConfig) -> list[str]:
+    """What a dry run prints: the plan's table, or the one line naming the missing input (nothing on CPU)."""
+    if str(select(config, "trainer.device", "cuda")) == "cpu":
+        return []
+    from recipe_dapo.preflight.memory_plan import GPU_MISSING, PlanInputMissing, plan_for_config
+
+    try:
+        plan = plan_for_config(config)
+    except PlanInputMissing as exc:
+        return [str(exc)]
+    lines = plan.table()
+    if plan.gpu_bytes is None:
+        lines.append(GPU_MISSING)
+    for phase in plan.over_budget():
+        lines.append(f"does not fit: {phase.name}: fix: {cheapest_fix(plan, phase)}")
+    return lines
+
+
+def over_budget_message(plan, phase) -> str:
+    from recipe_dapo.preflight.memory_plan import gib
+
+    largest = phase.largest
+    return (f"memory plan: {phase.name} needs {gib(phase.peak)} GiB per GPU, more than the "
+            f"{gib(plan.gpu_bytes)} GiB card (dapo.memory.gpu_memory_gib); the largest term is {largest.name} "
+            f"({gib(largest.bytes)} GiB); fix: {cheapest_fix(plan, phase)} (python -m "
+            "recipe_dapo.preflight.memory_plan --details lists every term; dapo.memory.enforce=false starts anyway)")
+
+
+def tokens_that_fit(plan, phase) -> int:
+    """The micro-batch tokens at which ``phase`` just fits (its per-token terms scale linearly)."""
+    per_token = sum(t.bytes for t in phase.terms if t.per_token)
+    fixed = phase.peak - per_token
+    if not per_token or not phase.tokens or plan.gpu_bytes <= fixed:
+        return 0
+    return int(phase.tokens * (plan.gpu_bytes - fixed) / per_token)
+
+
+def cheapest_fix(plan, phase) -> str:
+    """The one change that makes ``phase`` fit, cheapest first (a smaller micro-batch before offload or more GPUs)."""
+    from recipe_dapo.preflight.memory_plan import gib
+
+    lay = plan.layout
+    over = phase.peak - plan.gpu_bytes
+    seq = lay.sequence_tokens
+    if phase.name == "rollout":
+        fixes = []
+        if not lay.param_offload and not lay.offload_policy:
+            fixes.append((phase.term(next(t.name for t in phase.terms if t.name.startswith("actor parameters"))),
+                          f"set {ACTOR}.fsdp_config.param_offload=true (frees the actor's parameters while vLLM "
+                          "generates)"))
+        if not lay.optimizer_offload and not lay.offload_policy:
+            adam = next((t for t in phase.terms if t.name.startswith("AdamW")), None)
+            fixes.append((adam.bytes if adam else 0, f"set {ACTOR}.fsdp_config.optimizer_offload=true (frees AdamW's "
+                                                     "moments while vLLM generates)"))
+        for freed, fix in fixes:
+            if freed >= over:
+                return fix
+        util = math.floor(100 * (lay.gpu_memory_utilization - over / plan.gpu_bytes)) / 100
+        if util >= 0.1:
+            return f"lower {ROLLOUT}.gpu_memory_utilization to {util:.2f} (a smaller KV cache)"
+        return "offload the actor (param_offload and optimizer_offload) and lower gpu_memory_utilization"
+    if phase.name == "optimizer step":
+        return (f"set {ACTOR}.strategy=fsdp2 and {ACTOR}.fsdp_config.offload_policy=true (parameters, gradients and "
+                "AdamW on the host), or more GPUs: the states are sharded over them")
+    fit = tokens_that_fit(plan, phase)
+    sp = lay.sp if phase.name != "ref log-prob" else lay.ref_sp
+    needed = math.ceil(seq / sp)
+    keys = {"actor update": (f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ACTOR}.ppo_micro_batch_size_per_gpu"),
+            "old log-prob": (f"{ROLLOUT}.log_prob_max_token_len_per_gpu",
+                             f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu"),
+            "ref log-prob": (f"{REF}.log_prob_max_token_len_per_gpu", f"{REF}.log_prob_micro_batch_size_per_gpu")}
+    budget_key, micro_key = keys[phase.name]
+    if fit >= needed:
+        if lay.dynamic:
+            value = max(needed, fit // 1024 * 1024)
+            return f"lower {budget_key} to {value} (from {phase.tokens})"
+        micro = fit * sp // seq
+        if micro >= 1:
+            return f"lower {micro_key} to {micro}"
+    if phase.name == "actor update" and not lay.gradient_checkpointing:
+        return f"set {MODEL}.enable_gradient_checkpointing=true"
+    if phase.name == "old log-prob" and not lay.entropy_chunk and not lay.compiled_entropy:
+        return f"set {ACTOR}.entropy_from_logits_with_chunking=true (the entropy in chunks of 2048 tokens)"
+    if phase.name == "actor update" and lay.entropy_in_update and not lay.entropy_checkpointing:
+        return f"set {ACTOR}.entropy_checkpointing=true"
+    states = sum(t.bytes for t in phase.terms if not t.per_token)
+    if states >= plan.gpu_bytes:
+        return (f"more GPUs or {ACTOR}.strategy=fsdp2 with {ACTOR}.fsdp_config.offload_policy=true: the model states "
+                f"alone take {gib(states)} GiB")
+    return (f"raise {ACTOR}.ulysses_sequence_parallel_size to {sp * 2} (a sequence's tokens split over more GPUs; "
+            f"the longest sequence, {seq} tokens, does not fit at {sp})")

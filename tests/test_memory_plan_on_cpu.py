@@ -1,0 +1,158 @@
+"""The per-GPU memory plan (``recipe_dapo.preflight.memory_plan``) and its start-up rule: hand-derived figures, the
+refusal with its term and fix, the dry run's table, every shipped size planned, the doc in step with the generator.
+(``bench/memory_plan_check.py`` compares the plan with torch's own accounting of real verl passes.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipe_dapo.preflight.base import CheckReport
+from recipe_dapo.preflight.memory_plan import (
+    GIB, KNOWN_MODELS, SHIPPED, Layout, ModelFacts, compose_size, plan_for_config, plan_memory, with_shipped_plans,
+)
+from recipe_dapo.preflight.memory_rule import plan_lines, rule_memory_plan
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# A hand-sized model: hidden 64, 2 layers, 4 heads of 16, 2 KV heads, MLP 128, vocabulary 1000, untied.
+HAND = ModelFacts(name="hand", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=1000,
+                  tied=False)
+HAND_LAYOUT = Layout(
+    world=4, fsdp=4, sp=1, ref_sp=1, tp=2, prompt=256, response=768, mini_rows_per_gpu=16, dynamic=True,
+    update_tokens_budget=2048, update_micro=4, logprob_tokens_budget=4096, logprob_micro=4, ref_tokens_budget=4096,
+    ref_micro=4, param_bytes=4, compute_bytes=2, rollout_bytes=2, kv_bytes=2, param_offload=False,
+    optimizer_offload=False, offload_policy=False, no_sync_accumulation=False, gradient_checkpointing=True,
+    activation_offload=False, remove_padding=True, entropy_in_update=False, entropy_checkpointing=False,
+    entropy_chunk=0, fused_kernels=False, compiled_entropy=True, lora_rank=0, lora_targets=None, use_ref=False,
+    gpu_memory_utilization=0.5, free_cache_engine=True, max_num_seqs=64, max_num_batched_tokens=1024,
+    round_sequences=256, per_node=4, device="cuda", overhead_bytes=0)
+
+
+def test_parameter_counts_equal_the_published_ones():
+    # The positive control of the parameter formula: Qwen2.5's model cards' exact counts.
+    published = {"Qwen2.5-32B": 32_763_876_352, "Qwen2.5-7B": 7_615_616_512, "Qwen2.5-1.5B": 1_543_714_304,
+                 "Qwen2.5-0.5B": 494_032_768}
+    for name, count in published.items():
+        assert ModelFacts.from_config(KNOWN_MODELS[name], name).params == count, name
+    # hand: per layer q 64x64+64, k and v 64x32+32, o 64x64, MLP 3x64x128, 2 norms x 64 = 37,120;
+    # 2 layers + embedding and lm_head 2 x 1000 x 64 + final norm 64 = 202,304
+    assert HAND.layer_params == 4160 + 2 * 2080 + 4096 + 24576 + 128 == 37_120
+    assert HAND.params == 2 * 37_120 + 2 * 64_000 + 64 == 202_304
+
+
+def test_golden_plan_of_a_hand_sized_config():
+    plan = plan_memory(HAND_LAYOUT, HAND, 1 * GIB)
+    phases = {phase.name: phase for phase in plan.phases}
+    update = phases["actor update"]
+    # 2,048 tokens a micro-batch (the budget; the mini-batch's 16 rows x 1,024 tokens are more).
+    assert update.tokens == 2048
+    # Model states, fp32 over FSDP 4: parameters 202,304 x 4 / 4 = 202,304; gradients the same; AdamW 2 x that.
+    assert update.term("actor parameters (fp32, / FSDP 4)") == 202_304
+    assert update.term("actor gradients (fp32, / FSDP 4)") == 202_304
+    assert update.term("AdamW moments (2 x fp32, / FSDP 4)") == 404_608
+    # At the logits: checkpointed inputs 2 x 2048 x 64 x 2 = 524,288; final norm etc. 2048 x (4x64 + 2x2x64 + 4 +
+    # 2x2x16 + 8) = 1,204,224; logits 2048 x 1000 x 2 = 4,096,000; lm_head 64,000 x 2 = 128,000: 5,952,512.
+    # In a layer's backward: the same 524,288 + 1,204,224, the layer recomputed 2048 x 2,456 B (norms 2 x (4x64 +
+    # 2x2x64 + 4) = 1,032, attention 2 x (2x64 + 2x32) + 4x4 = 400, MLP 4x2x128 = 1,024) = 5,029,888, an MLP-sized
+    # gradient 2048 x 128 x 2 = 524,288, two gathered layers and a gradient 3 x 37,120 x 2 = 222,720: 7,505,408,
+    # the larger moment.
+    assert update.peak == 202_304 * 2 + 404_608 + 7_505_408 == 8_314_624
+    assert update.largest.name == "one layer recomputed for backward"
+    # Optimizer step: the states plus AdamW's foreach temporaries (one parameter-sized list, 202,304).
+    assert phases["optimizer step"].peak == 202_304 * 3 + 404_608
+    # Old log-probs (4,096 tokens, no grad, compiled entropy): resident parameters and AdamW, and the larger of the
+    # logits 4096 x 1000 x 2 = 8,192,000 and a layer (2 x 37,120 x 2 + 4096 x (2x2x64 + 4x64 + 3x2x128)).
+    assert phases["old log-prob"].peak == 202_304 + 404_608 + 8_192_000
+    # KV: 2 x 2 layers x 1 KV head per TP rank x 16 x 2 B = 128 B a token. vLLM: 0.5 GiB, less its weights
+    # 202,304 x 2 / 2 and profiled activations 1024 x 2 x (4x64 + 3x64) + 64 x 1000 x 4 x 2 = 1,429,504.
+    kv = plan.kv
+    assert kv.bytes_per_token == 128
+    assert kv.cache_bytes == GIB // 2 - 202_304 - 1_429_504 == 535_239_104
+    assert kv.tokens == 535_239_104 // (128 * 16) * 16 == 4_181_552
+    assert kv.full_sequences == 4_181_552 // 1024 and kv.holds_one_wave
+    # Offloading the parameters and AdamW frees them during the rollout, not during the update.
+    offloaded = plan_memory(dataclasses.replace(HAND_LAYOUT, param_offload=True, optimizer_offload=True), HAND, GIB)
+    assert offloaded.phases[0].peak == plan.phases[0].peak - 202_304 - 404_608
+    assert offloaded.phases[2].peak == update.peak
+    # Without checkpointing every layer keeps its 2,456 B a token: 2 x 2048 x 2,456 saved instead of 524,288.
+    no_gc = plan_memory(dataclasses.replace(HAND_LAYOUT, gradient_checkpointing=False), HAND, GIB)
+    assert no_gc.phases[2].term("saved activations (2 layers, no checkpointing)") == 2 * 2048 * 2456
+
+
+@pytest.fixture(scope="module")
+def small_one_gpu():
+    return lambda *overrides: compose_size("small_one_gpu", list(overrides))
+
+
+def test_rule_refuses_a_shape_over_the_card_naming_phase_term_and_fix(small_one_gpu):
+    problems = list(rule_memory_plan(small_one_gpu("dapo.memory.gpu_memory_gib=12"), CheckReport()))
+    by_phase = {p.split(" needs ")[0].removeprefix("memory plan: "): p for p in problems}
+    assert {"rollout", "actor update"} <= set(by_phase), problems
+    update = by_phase["actor update"]
+    assert "the largest term is logits and their gradient" in update
+    assert "fix: lower actor_rollout_ref.actor.ppo_max_token_len_per_gpu to" in update
+    # The fix is a real one: the budget it names makes the update fit.
+    budget = int(update.split("ppo_max_token_len_per_gpu to ")[1].split()[0])
+    fixed = plan_for_config(small_one_gpu("dapo.memory.gpu_memory_gib=12",
+                                          f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={budget}"))
+    assert next(p for p in fixed.phases if p.name == "actor update").peak <= 12 * GIB
+    assert "fsdp_config.param_offload=true" in by_phase["rollout"]
+    assert "rollout.log_prob_max_token_len_per_gpu to" in by_phase["old log-prob"]
+    # The card the size names (24 GB) is not refused: a positive control of the refusal.
+    assert list(rule_memory_plan(small_one_gpu("dapo.memory.gpu_memory_gib=23.6"), CheckReport())) == []
+
+
+def test_enforce_false_turns_the_refusal_into_a_warning(small_one_gpu, caplog):
+    with caplog.at_level(logging.WARNING, logger="recipe_dapo.preflight.memory_rule"):
+        problems = list(rule_memory_plan(small_one_gpu("dapo.memory.gpu_memory_gib=12", "dapo.memory.enforce=false"),
+                                         CheckReport()))
+    assert problems == []
+    assert any("actor update needs" in r.message and "starting anyway" in r.message for r in caplog.records)
+
+
+def test_cpu_platform_is_not_planned_and_the_default_cpu_run_passes():
+    config = compose_size("cpu_tiny", ["platform=cpu", "dapo.memory.gpu_memory_gib=0.001"])
+    assert list(rule_memory_plan(config, CheckReport())) == [] and plan_lines(config) == []
+
+
+def test_missing_model_config_is_asked_for_in_one_line(small_one_gpu):
+    lines = plan_lines(small_one_gpu("actor_rollout_ref.model.path=/nowhere/MyModel"))
+    assert len(lines) == 1
+    assert "actor_rollout_ref.model.path=/nowhere/MyModel" in lines[0] and "dapo.memory.model_config=" in lines[0]
+    # and an unknown card: the table without headroom, then the line that says how to give it
+    lines = plan_lines(small_one_gpu())
+    assert lines[-1].startswith("memory plan: the GPU's memory is unknown") and "dapo.memory.gpu_memory_gib" in lines[-1]
+
+
+def test_every_shipped_size_gets_a_plan_that_fits_its_card():
+    for size, _, extra, _, card_gib in SHIPPED:
+        plan = plan_for_config(compose_size(size, [*extra.split(), f"dapo.memory.gpu_memory_gib={card_gib}"]))
+        assert [p.name for p in plan.phases][:2] == ["rollout", "old log-prob"], size
+        assert plan.over_budget() == [], (size, [(p.name, p.peak / GIB) for p in plan.over_budget()])
+        assert 0 < plan.peak_phase.peak <= card_gib * GIB
+
+
+def test_the_doc_holds_the_generated_plans():
+    doc = (REPO_ROOT / "docs" / "memory_plan.md").read_text()
+    assert with_shipped_plans(doc) == doc, "run: python -m recipe_dapo.preflight.memory_plan --doc docs/memory_plan.md"
+
+
+def test_dry_run_prints_the_table_and_start_up_refuses_over_the_card():
+    table = subprocess.run([sys.executable, "-m", "recipe_dapo.dry_run", "size=small_one_gpu",
+                            "dapo.memory.gpu_memory_gib=23.6"], capture_output=True, text=True, cwd=REPO_ROOT,
+                           timeout=300)
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert "memory plan per GPU (Qwen2.5-0.5B-Instruct" in table.stderr
+    assert "actor update" in table.stderr and "headroom GiB" in table.stderr
+    refused = subprocess.run([sys.executable, "-m", "recipe_dapo.dry_run", "size=small_one_gpu",
+                              "dapo.memory.gpu_memory_gib=12"], capture_output=True, text=True, cwd=REPO_ROOT,
+                             timeout=300)
+    assert refused.returncode == 1
+    assert "memory plan: actor update needs" in refused.stderr + refused.stdout
+    assert "Traceback" not in refused.stderr
