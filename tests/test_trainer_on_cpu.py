@@ -237,6 +237,7 @@ def build_trainer(tmp_path, inputs, monkeypatch, *overrides):
     from verl.single_controller.ray.base import ResourcePoolManager
     from verl.trainer.ppo.ray_trainer import Role
 
+    import recipe_dapo.tracking.tracker as tracker_module
     import recipe_dapo.trainers.classic.trainer as trainer_module
     from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 
@@ -276,7 +277,7 @@ def build_trainer(tmp_path, inputs, monkeypatch, *overrides):
     trainer.async_rollout_manager = RecordingRolloutManager(device, tokenizer, MAX_RESPONSE)
     trainer.checkpoint_manager = RecordingCheckpointManager(device)
     trainer.replicas = RolloutReplicas(trainer.checkpoint_manager)
-    monkeypatch.setattr(trainer_module, "open_tracking", lambda *args, **kwargs: RecordingTracker())
+    monkeypatch.setattr(tracker_module, "open_tracking", lambda *args, **kwargs: RecordingTracker())
     return trainer, device
 
 
@@ -477,14 +478,14 @@ def test_sigterm_saves_the_last_step_and_the_rerun_trains_what_an_uninterrupted_
         tmp_path, inputs, monkeypatch, reads, saved_step, outcome):
     import os
 
-    import recipe_dapo.trainers.classic.trainer as trainer_module
+    from recipe_dapo.trainers.preemption import TrainerWatch
 
     whole, _ = build_trainer(tmp_path / "whole", inputs, monkeypatch)
     whole.fit()
     expected = whole.actor_rollout_wg.trained_sequences
 
     watch = SignalAfter(reads)
-    monkeypatch.setattr(trainer_module.TrainerWatch, "open", classmethod(lambda cls: watch))
+    monkeypatch.setattr(TrainerWatch, "open", classmethod(lambda cls: watch))
     stopped, _ = build_trainer(tmp_path / "split", inputs, monkeypatch)  # save_freq=0: no scheduled save
     stopped.fit()
     assert sorted(RecordingTracker.logged) == [1, 2] and RecordingTracker.outcome == outcome
@@ -492,7 +493,7 @@ def test_sigterm_saves_the_last_step_and_the_rerun_trains_what_an_uninterrupted_
     assert os.path.exists(f"{checkpoints}/global_step_{saved_step}/dapo_state.pt")
     assert open(f"{checkpoints}/latest_checkpointed_iteration.txt").read() == str(saved_step)
 
-    monkeypatch.setattr(trainer_module.TrainerWatch, "open", classmethod(lambda cls: SignalAfter(10**9)))
+    monkeypatch.setattr(TrainerWatch, "open", classmethod(lambda cls: SignalAfter(10**9)))
     resumed, _ = build_trainer(tmp_path / "split", inputs, monkeypatch)
     resumed.fit()
     assert sorted(RecordingTracker.logged) == [3, 4, 5]

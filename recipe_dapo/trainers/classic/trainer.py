@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf, open_dict
+from omegaconf import open_dict
 from tqdm import tqdm
 
 from verl import DataProto
@@ -47,59 +47,34 @@ from verl.utils.skip.skip_manager import SkipManager
 from recipe_dapo.dynamic_sampling import (
     DATAPROTO_OPS,
     DynamicSampler,
-    DynamicSamplingConfig,
     PromptStream,
     ScoredRound,
     collect_step,
     trajectory_metric,
 )
-from recipe_dapo.trainers.validation_metrics import (
-    add_problem_metrics,
-    equal_samples_per_problem,
-    with_problem_uids,
-)
-from recipe_dapo.overlong import apply_overlong_filter
-from recipe_dapo.reward.manager import stop_token_ids
 from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
-from recipe_dapo.trainers.nodes import log_placement
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
-from recipe_dapo.trainers.checkpoint_state import (
-    checkpoint_exists,
-    guarded_save,
-    load_recipe_state,
-    resume_line,
-    save_recipe_state,
-)
-from recipe_dapo.trainers.preemption import TrainerWatch
-from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
-from recipe_dapo.trainers.step_metrics import (
-    GEN_TIMER,
-    RESPONSE_TOKENS_METRIC,
-    STEP_TIMER,
-    TESTING_TIMER,
-    UpdateGuard,
-    scored_round_metrics,
-)
-from recipe_dapo.tracking.console import announce
-from recipe_dapo.tracking.tracker import open_tracking
+from recipe_dapo.trainers.nodes import log_placement
+from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, failed_outcome, stopped_outcome
+from recipe_dapo.trainers.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
+from recipe_dapo.trainers.validation_metrics import equal_samples_per_problem, with_problem_uids
 
 logger = logging.getLogger(__name__)
 
 
 
-class RayDAPOTrainer(RayPPOTrainer):
-    """verl's PPO trainer with DAPO's dynamic sampling, overlong filtering and training-step accounting."""
+class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
+    """verl's PPO trainer with DAPO's dynamic sampling, overlong filtering and training-step accounting; what both
+    trainers share (update guard, pre-emption, tracker, liveness, recipe state, metrics) is its ``recipe``
+    (``trainers.recipe_run.RecipeRun``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.sampler = DynamicSampler(self._dynamic_sampling_config(), ops=DATAPROTO_OPS)
+        self.sampler = DynamicSampler(self.recipe.sampler_config, ops=DATAPROTO_OPS)
         self.prompt_stream = PromptStream(self._open_epoch, ops=DATAPROTO_OPS)
-        self.eos_token_ids = stop_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
+        self.recipe.stop_ids  # noqa: B018  (read now: a tokenizer without stop ids fails at start-up, not at step 1)
         self._rounds_generated_in_step: dict[int, int] = {}
-        self.update_guard = UpdateGuard(self.config.dapo.health.max_skipped_updates)
-        self.preemption = TrainerWatch(None)  # fit() opens the real one (the driver then knows training began)
-        self.stopped_by: Optional[str] = None  # the signal's name once the run stopped for pre-emption
 
     # ------------------------------------------------------------------ set-up
 
@@ -109,16 +84,6 @@ class RayDAPOTrainer(RayPPOTrainer):
         self.replicas = RolloutReplicas(self.checkpoint_manager)
         # Which Ray node holds each actor rank and replica: one line, what a multi-node launch checks first.
         log_placement(self.actor_rollout_wg.workers, self.checkpoint_manager.replicas)
-
-    def _dynamic_sampling_config(self) -> DynamicSamplingConfig:
-        data = self.config.data
-        return DynamicSamplingConfig.from_config(
-            self.config.algorithm.filter_groups,
-            OmegaConf.select(self.config, "dapo.dynamic_sampling"),
-            train_batch_size=int(data.train_batch_size),
-            gen_batch_size=int(data.get("gen_batch_size") or data.train_batch_size),
-            seed=data.get("seed"),  # the prompt-skip draws' seed unless dapo.dynamic_sampling.skip.seed is set
-        )
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
         """The base counts steps in dataloader batches; DAPO counts optimizer steps of train_batch_size prompts.
@@ -150,13 +115,10 @@ class RayDAPOTrainer(RayPPOTrainer):
         self.global_steps = 0
         self._load_checkpoint()
         # Opened after the checkpoint: the metrics file keeps what earlier processes logged up to this step.
-        self.tracker = open_tracking(self.config, resumed_step=self.global_steps, total_steps=self.total_training_steps)
+        self.tracker = self.recipe.open_tracker(resumed_step=self.global_steps, total_steps=self.total_training_steps)
         # A weight sync into a dead engine never returns: the rollout's liveness probe runs beside every sync.
-        watch_weight_syncs(
-            getattr(self, "checkpoint_manager", None),
-            RolloutLiveness.of(getattr(self, "async_rollout_manager", None), getattr(self, "llm_server_manager", None)),
-            float(self.config.dapo.health.rollout_probe_s),
-        )
+        self.recipe.watch_rollout(getattr(self, "checkpoint_manager", None), getattr(self, "async_rollout_manager", None),
+                                  getattr(self, "llm_server_manager", None))
         self.replicas.sync_weights(self.global_steps)
         SkipManager.init(self.config)
 
@@ -169,7 +131,7 @@ class RayDAPOTrainer(RayPPOTrainer):
                 return
 
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="DAPO training steps")
-        self.preemption = TrainerWatch.open()
+        self.recipe.watch_preemption()
         self.global_steps += 1
         self.max_steps_duration = 0
         try:
@@ -183,7 +145,7 @@ class RayDAPOTrainer(RayPPOTrainer):
                     break
                 self.global_steps += 1
         except Exception as error:
-            self.tracker.finish(exit_code=1, outcome=f"failed at step {self.global_steps} ({type(error).__name__})")
+            self.tracker.finish(exit_code=1, outcome=failed_outcome(self.global_steps, error))
             raise
         finally:
             progress.close()
@@ -196,27 +158,24 @@ class RayDAPOTrainer(RayPPOTrainer):
     def stop_between_steps(self) -> bool:
         """Before step ``global_steps``: on a pre-emption request, checkpoint the step just done (unless saved) and
         end the run with the summary."""
-        signal_name = self.preemption.requested()
+        signal_name = self.recipe.stop_requested()
         if not signal_name:
             return False
-        self.stopped_by = signal_name
         done = self.global_steps - 1
-        if done > 0 and not checkpoint_exists(self.config.trainer.default_local_dir, done):
+        if done > 0 and self.recipe.needs_checkpoint(done):
             self.global_steps = done
             try:
                 self._save_checkpoint()
             finally:
                 self.global_steps = done + 1
-        self.tracker.finish(exit_code=1, outcome=f"stopped by {signal_name} before step {done + 1}")
+        self.tracker.finish(exit_code=1, outcome=stopped_outcome(signal_name, f"before step {done + 1}"))
         return True
 
     def save_if_preempted(self, timing: dict) -> bool:
         """End of a step: on a pre-emption request, checkpoint this step (unless saved); True if the run stops."""
-        signal_name = self.preemption.requested()
-        if not signal_name:
+        if not self.recipe.stop_requested():
             return False
-        self.stopped_by = signal_name
-        if not checkpoint_exists(self.config.trainer.default_local_dir, self.global_steps):
+        if self.recipe.needs_checkpoint(self.global_steps):
             with marked_timer("save_checkpoint", timing, color="green"):
                 self._save_checkpoint()
         return True
@@ -373,9 +332,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         Runs after the advantages, so truncated responses still count in their group's baseline, and after the
         batch's data metrics, which describe every trained response.
         """
-        if self.config.dapo.overlong_filter.enable:
-            max_len = self.config.actor_rollout_ref.rollout.response_length
-            metrics.update(apply_overlong_filter(batch, self.eos_token_ids, max_response_length=max_len))
+        self.recipe.filter_overlong(batch, metrics)
 
     def _add_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
         """π_old log-probs recomputed by the actor (three-policy mode), with verl's entropy metric."""
@@ -404,7 +361,7 @@ class RayDAPOTrainer(RayPPOTrainer):
             actor_output = self._update_actor(batch)
         self.replicas.actor_updated()
         metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
-        self.update_guard.observe(metrics, self.global_steps)  # a skipped (non-finite) update is counted, or stops
+        self.recipe.observe_update(metrics, self.global_steps)  # a skipped (non-finite) update is counted, or stops
         with marked_timer("update_weights", timing, color="red"):
             self.replicas.sync_weights(self.global_steps)
         rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
@@ -441,7 +398,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         """
         equal = equal_samples_per_problem(data_sources, sample_uids, reward_extra_infos_dict)
         metric_dict = super()._val_metrics_update(*equal, sample_turns)
-        return add_problem_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
+        return self.recipe.validation_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
 
     def log_step(self, batch: Optional[DataProto], metrics: dict, timing: dict) -> None:
         self.max_steps_duration = max(self.max_steps_duration, timing.get("step", 0.0))
@@ -453,38 +410,28 @@ class RayDAPOTrainer(RayPPOTrainer):
             metrics.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm")))
             if hasattr(self.train_dataset, "on_batch_end"):
                 self.train_dataset.on_batch_end(batch=batch)
-            metrics[RESPONSE_TOKENS_METRIC] = int(batch.batch["response_mask"].sum())  # after the overlong filter
+            self.recipe.count_trained_tokens(metrics, batch.batch["response_mask"].sum())  # after the overlong filter
         self.tracker.log(data=metrics, step=self.global_steps)
         if self.stopped_by:
-            self.tracker.finish(exit_code=1, outcome=f"stopped by {self.stopped_by} after step {self.global_steps}")
+            self.tracker.finish(exit_code=1, outcome=stopped_outcome(self.stopped_by, f"after step {self.global_steps}"))
         elif self.global_steps >= self.total_training_steps:
             self.tracker.finish()  # flush every backend; the console prints the run's summary
 
     # ------------------------------------------------------------------ checkpoint and resume
 
     def _save_checkpoint(self):
-        """verl's checkpoint plus the sampler, the prompt stream and the dataloader position (``checkpoint_state``:
-        written first, so a run killed at any moment resumes from a complete checkpoint). A failed save (a full
-        disk) removes the half-written folder and raises ``CheckpointWriteError`` with one line saying why."""
+        """verl's checkpoint plus the sampler, the prompt stream and the dataloader position (``RecipeRun``: written
+        first, so a run killed at any moment resumes from a complete checkpoint; a failed save raises one line)."""
         state = {
             "sampler": self.sampler.state_dict(),
             "prompt_stream": self.prompt_stream.state_dict(),
             "dataloader": self.train_dataloader.state_dict(),
-            "update_guard": self.update_guard.state_dict(),
         }
-
-        verl_save = super()._save_checkpoint
-
-        def save():
-            save_recipe_state(self.config, self.global_steps, state)
-            verl_save()
-
-        guarded_save(self.config.trainer.default_local_dir, self.global_steps, save,
-                     model_path=self.config.actor_rollout_ref.model.path)
+        self.recipe.save_checkpoint(self.global_steps, state, super()._save_checkpoint)
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
-        state = load_recipe_state(self.config, self.global_steps)
+        state = self.recipe.load_checkpoint(self.global_steps)
         if state is None:
             return result
         self.sampler.load_state_dict(state["sampler"])
@@ -492,13 +439,9 @@ class RayDAPOTrainer(RayPPOTrainer):
         # The base skips the dataloader restore at "epoch boundaries" counted in its own batches, which do
         # not line up with DAPO's steps; the position saved with the sampler is authoritative.
         self.train_dataloader.load_state_dict(state["dataloader"])
-        self.update_guard.load_state_dict(state.get("update_guard", {}))
         stream = state["prompt_stream"]
-        announce(resume_line(
-            self.global_steps,
-            self.sampler.pooled_groups,
-            f"epoch {stream['epoch']}, {stream['prompts_taken']} prompts taken",
-        ))
+        self.recipe.announce_resume(self.global_steps, self.sampler.pooled_groups,
+                                    f"epoch {stream['epoch']}, {stream['prompts_taken']} prompts taken")
         return result
 
 

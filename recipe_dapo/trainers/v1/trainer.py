@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Optional
 
 import numpy as np
 import torch
@@ -31,30 +30,21 @@ from verl import DataProto
 from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
 
 from recipe_dapo.compat.verl import v1_tracking
-from recipe_dapo.overlong import TRUNCATED_COLUMN, apply_overlong_filter
-from recipe_dapo.reward.manager import stop_token_ids
-from recipe_dapo.trainers.checkpoint_state import (
-    checkpoint_exists,
-    guarded_save,
-    load_recipe_state,
-    resume_line,
-    save_recipe_state,
-)
-from recipe_dapo.trainers.preemption import Preempted, TrainerWatch
-from recipe_dapo.tracking.console import announce
-from recipe_dapo.tracking.tracker import open_tracking
-from recipe_dapo.trainers.step_metrics import RESPONSE_TOKENS_METRIC, UpdateGuard
+from recipe_dapo.overlong import TRUNCATED_COLUMN
+from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
+from recipe_dapo.trainers.preemption import Preempted
+from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, failed_outcome, stopped_outcome
+from recipe_dapo.trainers.rollout_health import StallWatch
 from recipe_dapo.trainers.table import v1_entry
-from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
 from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step, uninstall_tq_timing
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
-from recipe_dapo.trainers.rollout_health import StallWatch
-from recipe_dapo.trainers.validation_metrics import add_problem_metrics
 
 logger = logging.getLogger(__name__)
 
-class _DAPOOnV1:
-    """What DAPO changes in a verl v1 trainer, whatever its mode (mixed in before verl's trainer class)."""
+
+class _DAPOOnV1(HoldsRecipeRun):
+    """What DAPO changes in a verl v1 trainer, whatever its mode (mixed in before verl's trainer class); what both
+    trainers share is its ``recipe`` (``trainers.recipe_run.RecipeRun``)."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -63,10 +53,6 @@ class _DAPOOnV1:
                 f"trainer.v1.sampler.custom_sampler gave {type(self.replay_buffer).__name__}; the recipe's v1 trainer "
                 "needs recipe_dapo.trainers.v1.replay_buffer.DAPOReplayBuffer (the recipe's config sets it)"
             )
-        self._stop_ids: Optional[list[int]] = None
-        self.update_guard = UpdateGuard(config.dapo.health.max_skipped_updates)
-        self.preemption = TrainerWatch(None)  # fit() opens the real one (the driver then knows training began)
-        self.stopped_by: Optional[str] = None
         if config.dapo.seeded_rollouts:
             logger.warning("dapo.seeded_rollouts applies to the classic trainer only: on verl's v1 trainer which prompts "
                            "a refill submits depends on the order in which groups finish, so runs do not repeat exactly")
@@ -85,7 +71,7 @@ class _DAPOOnV1:
     def _update_actor(self, batch, metrics: dict):
         """The actor update (a skipped, non-finite one is counted or stops the run: ``step_metrics.UpdateGuard``)."""
         result = self._update_actor_filtered(batch, metrics)
-        self.update_guard.observe(metrics, self.global_steps)
+        self.recipe.observe_update(metrics, self.global_steps)
         return result
 
     def _update_actor_filtered(self, batch, metrics: dict):
@@ -93,14 +79,14 @@ class _DAPOOnV1:
 
         The masks in TransferQueue are put back afterwards, so verl's data metrics describe every trained response.
         """
-        if not self.config.dapo.overlong_filter.enable:
+        if not self.recipe.overlong_filter_on:
             return super()._update_actor(batch, metrics)
         original = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=["responses", "response_mask", "extra_fields"]
         )
         masks, filter_metrics = self._overlong_masks(original)
         metrics.update(filter_metrics)
-        metrics[RESPONSE_TOKENS_METRIC] = int(masks.values().sum())  # tokens that carry loss (step_metrics)
+        self.recipe.count_trained_tokens(metrics, masks.values().sum())  # tokens that carry loss
         tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                         fields=TensorDict({"response_mask": masks, "loss_mask": masks}, batch_size=len(batch.keys)))
         try:
@@ -124,9 +110,8 @@ class _DAPOOnV1:
         truncated = [info.get("reward_extra_info", {}).get(TRUNCATED_COLUMN) for info in infos]
         if all(value is not None for value in truncated):
             padded.non_tensor_batch[TRUNCATED_COLUMN] = np.array(truncated, dtype=bool)
-        if self._stop_ids is None:
-            self._stop_ids = stop_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
-        metrics = apply_overlong_filter(padded, self._stop_ids, max_response_length=width)
+        metrics: dict = {}
+        self.recipe.filter_overlong(padded, metrics)
         filtered = padded.batch["response_mask"].to(response_mask.dtype)
         rows = [filtered[i, :length] for i, length in enumerate(lengths)]
         return torch.nested.as_nested_tensor(rows, layout=torch.jagged), metrics
@@ -143,22 +128,21 @@ class _DAPOOnV1:
         a dead agent-loop worker, rollout server or vLLM engine stops the run instead of leaving it waiting for groups
         or for a sync that never returns.
         """
-        liveness = RolloutLiveness.of(agent_loop_manager, getattr(self, "llm_server_manager", None))
-        probe_s = float(self.config.dapo.health.rollout_probe_s)
-        self.replay_buffer.groups.watch = StallWatch(liveness, probe_s)
-        watch_weight_syncs(getattr(self, "checkpoint_manager", None), liveness, probe_s)
-        self.preemption = TrainerWatch.open()
+        liveness = self.recipe.watch_rollout(getattr(self, "checkpoint_manager", None), agent_loop_manager,
+                                             getattr(self, "llm_server_manager", None))
+        self.replay_buffer.groups.watch = StallWatch(liveness, self.recipe.rollout_probe_s)
+        self.recipe.watch_preemption()
         install_tq_timing()  # this process's TransferQueue reads and writes, per step (timing_s/tq_read, tq_write)
         try:
-            with v1_tracking(lambda: open_tracking(self.config, resumed_step=self.global_steps,
-                                                   total_steps=self.total_training_steps)):
+            with v1_tracking(lambda: self.recipe.open_tracker(resumed_step=self.global_steps,
+                                                              total_steps=self.total_training_steps)):
                 super().fit(agent_loop_manager)
         except Preempted:
-            self.logger.finish(exit_code=1, outcome=f"stopped by {self.stopped_by} after step {self.global_steps - 1}")
+            self.logger.finish(exit_code=1, outcome=stopped_outcome(self.stopped_by, f"after step {self.global_steps - 1}"))
         except Exception as error:
             tracking = getattr(self, "logger", None)
             if tracking is not None and hasattr(tracking, "finish"):
-                tracking.finish(exit_code=1, outcome=f"failed at step {self.global_steps} ({type(error).__name__})")
+                tracking.finish(exit_code=1, outcome=failed_outcome(self.global_steps, error))
             raise
         finally:
             uninstall_tq_timing()
@@ -168,10 +152,8 @@ class _DAPOOnV1:
     def on_step_end(self):
         """Where verl saves: on a pre-emption request, checkpoint this step (unless saved); the run stops before the
         next step, once verl logged this one (validation is skipped)."""
-        signal_name = self.preemption.requested()
-        if signal_name and not self.stopped_by:
-            self.stopped_by = signal_name
-            if not checkpoint_exists(self.config.trainer.default_local_dir, self.global_steps):
+        if not self.stopped_by and self.recipe.stop_requested():
+            if self.recipe.needs_checkpoint(self.global_steps):
                 self._save_checkpoint()
         super().on_step_end()
 
@@ -190,8 +172,8 @@ class _DAPOOnV1:
         by ``_update_actor`` after the overlong filter; without the filter, every trained response's tokens)."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
         if RESPONSE_TOKENS_METRIC not in metrics:
-            metrics[RESPONSE_TOKENS_METRIC] = int(
-                sum(int(tag.get("response_len", 0)) for tag in batch.tags if not tag.get("is_padding", False))
+            self.recipe.count_trained_tokens(
+                metrics, sum(int(tag.get("response_len", 0)) for tag in batch.tags if not tag.get("is_padding", False))
             )
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns,
@@ -200,34 +182,26 @@ class _DAPOOnV1:
         metric_dict = super()._val_metrics_update(
             data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=expected_acc_counts
         )
-        return add_problem_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
+        return self.recipe.validation_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
 
     # ---------------------------------------------------------------- checkpoints
 
     def _save_checkpoint(self):
-        """The sampler (with its pooled groups' trajectories) first, then verl's checkpoint (``checkpoint_state``); a
-        failed save (a full disk) removes the half-written folder and raises ``CheckpointWriteError`` (one line)."""
-        parent_save = super()._save_checkpoint
-
-        def save():
-            save_recipe_state(self.config, self.global_steps, {"replay_buffer": self.replay_buffer.state_dict(),
-                                                               "update_guard": self.update_guard.state_dict()})
-            parent_save()
-
-        guarded_save(self.config.trainer.default_local_dir, self.global_steps, save,
-                     model_path=self.config.actor_rollout_ref.model.path)
+        """The sampler (with its pooled groups' trajectories) first, then verl's checkpoint (``RecipeRun``); a failed
+        save (a full disk) removes the half-written folder and raises ``CheckpointWriteError`` (one line)."""
+        self.recipe.save_checkpoint(self.global_steps, {"replay_buffer": self.replay_buffer.state_dict()},
+                                    super()._save_checkpoint)
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
-        state = load_recipe_state(self.config, self.global_steps)
+        state = self.recipe.load_checkpoint(self.global_steps)
         if state is None:
             return
         # In the async modes verl restored TransferQueue itself, with the prompts that were still generating.
         self.replay_buffer.load_state_dict(state["replay_buffer"], restored_in_flight=self._restored_tq_prompt_count)
-        self.update_guard.load_state_dict(state.get("update_guard", {}))
         in_flight = f"{self._restored_tq_prompt_count} prompts restored in flight" if not self.replay_buffer.drain else (
             "no prompts in flight (sync)")
-        announce(resume_line(self.global_steps, self.replay_buffer.sampler.pooled_groups, in_flight))
+        self.recipe.announce_resume(self.global_steps, self.replay_buffer.sampler.pooled_groups, in_flight)
 
 
 @register_trainer(v1_entry("sync").registered_name)

@@ -1,0 +1,225 @@
+"""What a DAPO run does the same whichever verl trainer drives it, written once: :class:`RecipeRun`.
+
+Both trainers (``classic.trainer.RayDAPOTrainer`` on verl's ``RayPPOTrainer``, ``v1.trainer.DAPOTrainerV1*`` on verl's
+v1 trainers) hold one ``RecipeRun`` and are thin adapters of verl's hooks onto it. It owns:
+
+- the sampler's settings, read from the run config (:func:`sampler_settings`, the same keys as the v1 trainer's
+  ``trainer.v1.sampler.sampler_kwargs``) and turned into a ``DynamicSamplingConfig`` (:func:`sampler_config`);
+- the update guard (``step_metrics.UpdateGuard``: skipped non-finite updates counted, too many stop the run);
+- the pre-emption watch (``preemption.TrainerWatch``) and the signal that stopped the run;
+- the tracker (``tracking.tracker``) and the outcome it prints when a run does not train every step;
+- the rollout's liveness probe beside verl's weight syncs (``rollout_liveness``);
+- the recipe's state in checkpoints with the update guard's, the guarded save, and the resume line;
+- the validation metrics papers report (mean@k, pass@k, maj@k), the stop ids and the overlong filter, and the count of
+  response tokens that carried loss.
+
+A new run-wide concern (a health guard, say) goes here, with its settings and a test, and both trainers have it.
+No Ray, verl trainer or vLLM import at module level: the adapters bring those.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from recipe_dapo.dynamic_sampling import DynamicSamplingConfig
+from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
+from recipe_dapo.trainers.checkpoint_state import checkpoint_exists, guarded_save, load_recipe_state, resume_line, \
+    save_recipe_state
+from recipe_dapo.trainers.preemption import TrainerWatch
+from recipe_dapo.trainers.step_metrics import UpdateGuard
+
+logger = logging.getLogger(__name__)
+
+SAMPLER_SETTINGS = ("filter_groups", "dynamic_sampling", "train_batch_size", "gen_batch_size", "seed",
+                    "ppo_mini_batch_size")
+"""The keys of :func:`sampler_settings` and of ``trainer.v1.sampler.sampler_kwargs`` (a test keeps them equal)."""
+
+
+def sampler_settings(config: DictConfig) -> dict[str, Any]:
+    """What the dynamic sampler is built from, read from a run config (the v1 trainer gets the same through verl's
+    ``sampler_kwargs``): the filter, the recipe's sampling section, the batch sizes, the seed of the prompt-skip draws
+    (``data.seed``, unless ``dapo.dynamic_sampling.skip.seed`` is set) and the mini-batch a partial batch must fill."""
+    data = config.data
+    return {
+        "filter_groups": config.algorithm.filter_groups,
+        "dynamic_sampling": OmegaConf.select(config, "dapo.dynamic_sampling"),
+        "train_batch_size": data.train_batch_size,
+        "gen_batch_size": data.get("gen_batch_size"),
+        "seed": data.get("seed"),
+        "ppo_mini_batch_size": config.actor_rollout_ref.actor.ppo_mini_batch_size,
+    }
+
+
+def sampler_config(settings: Mapping[str, Any]) -> DynamicSamplingConfig:
+    """The sampler's config from :func:`sampler_settings` (or the v1 trainer's ``sampler_kwargs``)."""
+    train_batch_size = int(settings["train_batch_size"])
+    return DynamicSamplingConfig.from_config(
+        settings.get("filter_groups"),
+        settings.get("dynamic_sampling"),
+        train_batch_size=train_batch_size,
+        gen_batch_size=int(settings.get("gen_batch_size") or train_batch_size),
+        seed=settings.get("seed"),
+    )
+
+
+def failed_outcome(step: int, error: BaseException) -> str:
+    return f"failed at step {step} ({type(error).__name__})"
+
+
+def stopped_outcome(signal_name: str, where: str) -> str:
+    """``where``: ``"before step 3"`` or ``"after step 2"``."""
+    return f"stopped by {signal_name} {where}"
+
+
+class RecipeRun:
+    """The run-wide state and decisions both trainers share (module docstring). ``tokenizer`` gives the stop ids."""
+
+    def __init__(self, config: DictConfig, tokenizer: Any = None):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.update_guard = UpdateGuard(config.dapo.health.max_skipped_updates)
+        self.preemption = TrainerWatch(None)  # the loop opens the real one (the driver then knows training began)
+        self.stopped_by: Optional[str] = None  # the signal's name once the run stopped for pre-emption
+        self._stop_ids: Optional[list[int]] = None
+
+    # ------------------------------------------------------------------ the sampler
+
+    @property
+    def sampler_config(self) -> DynamicSamplingConfig:
+        return sampler_config(sampler_settings(self.config))
+
+    # ------------------------------------------------------------------ the update guard
+
+    def observe_update(self, metrics: dict, step: int) -> None:
+        """After an actor update: a skipped (non-finite) update is counted, or stops the run (``UpdateGuard``)."""
+        self.update_guard.observe(metrics, step)
+
+    # ------------------------------------------------------------------ pre-emption (``trainers.preemption``)
+
+    def watch_preemption(self) -> None:
+        """Create the run's flag (the training loop begins: a driver's signal now stops the run after a save)."""
+        self.preemption = TrainerWatch.open()
+
+    def stop_requested(self) -> Optional[str]:
+        """The signal's name once the driver asked the run to stop (remembered in ``stopped_by``), else None."""
+        signal_name = self.preemption.requested()
+        if signal_name and not self.stopped_by:
+            self.stopped_by = signal_name
+        return signal_name
+
+    def needs_checkpoint(self, step: int) -> bool:
+        """Step ``step`` is not yet the last good checkpoint (a pre-empted run saves it)."""
+        return not checkpoint_exists(self.config.trainer.default_local_dir, step)
+
+    # ------------------------------------------------------------------ the tracker
+
+    def open_tracker(self, resumed_step: int, total_steps: Optional[int]):
+        """The run's tracker (``tracking.tracker``), opened after the checkpoint is loaded."""
+        from recipe_dapo.tracking.tracker import open_tracking
+
+        return open_tracking(self.config, resumed_step=resumed_step, total_steps=total_steps)
+
+    # ------------------------------------------------------------------ the rollout's liveness
+
+    def watch_rollout(self, checkpoint_manager: Any, agent_loop_manager: Any, llm_server_manager: Any):
+        """Run the rollout's liveness probe beside every weight sync (``dapo.health.rollout_probe_s``): a sync into a
+        dead engine never returns. Returns the probe (the v1 trainer's stream runs it too)."""
+        from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+
+        liveness = RolloutLiveness.of(agent_loop_manager, llm_server_manager)
+        watch_weight_syncs(checkpoint_manager, liveness, self.rollout_probe_s)
+        return liveness
+
+    @property
+    def rollout_probe_s(self) -> float:
+        return float(self.config.dapo.health.rollout_probe_s)
+
+    # ------------------------------------------------------------------ checkpoints (``checkpoint_state``)
+
+    def save_checkpoint(self, step: int, state: dict, verl_save: Callable[[], None]) -> None:
+        """The recipe's ``state`` (with the update guard's) first, then verl's checkpoint; a failed save (a full disk)
+        removes the half-written folder and raises ``CheckpointWriteError`` with one line saying why."""
+        state = {**state, "update_guard": self.update_guard.state_dict()}
+
+        def save():
+            save_recipe_state(self.config, step, state)
+            verl_save()
+
+        guarded_save(self.config.trainer.default_local_dir, step, save,
+                     model_path=self.config.actor_rollout_ref.model.path)
+
+    def load_checkpoint(self, step: int) -> Optional[dict]:
+        """The recipe's state saved with step ``step`` (None: no checkpoint), with the update guard restored."""
+        state = load_recipe_state(self.config, step)
+        if state is not None:
+            self.update_guard.load_state_dict(state.get("update_guard", {}))
+        return state
+
+    @staticmethod
+    def announce_resume(step: int, pooled_groups: int, where: str) -> None:
+        """The resume line on the run's console."""
+        from recipe_dapo.tracking.console import announce
+
+        announce(resume_line(step, pooled_groups, where))
+
+    # ------------------------------------------------------------------ metrics
+
+    @staticmethod
+    def validation_metrics(verl_metrics: dict, data_sources, sample_uids, reward_extra_infos_dict) -> dict:
+        """verl's validation metrics plus what papers report per source: mean@k, pass@k, maj@k."""
+        from recipe_dapo.trainers.validation_metrics import add_problem_metrics
+
+        return add_problem_metrics(verl_metrics, data_sources, sample_uids, reward_extra_infos_dict)
+
+    @staticmethod
+    def count_trained_tokens(metrics: dict, tokens: int) -> None:
+        """The step's response tokens that carried loss (after the overlong filter): ``training/response_tokens``."""
+        metrics[RESPONSE_TOKENS_METRIC] = int(tokens)
+
+    # ------------------------------------------------------------------ overlong filtering (``recipe_dapo.overlong``)
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """The token ids that end a response (the tokenizer's and the model's generation config's)."""
+        if self._stop_ids is None:
+            from recipe_dapo.reward.manager import stop_token_ids
+
+            self._stop_ids = stop_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.path)
+        return self._stop_ids
+
+    @property
+    def overlong_filter_on(self) -> bool:
+        return bool(self.config.dapo.overlong_filter.enable)
+
+    def filter_overlong(self, batch, metrics: dict) -> bool:
+        """Overlong filtering of a padded ``DataProto``: truncated responses' masks zeroed in place (when
+        ``dapo.overlong_filter.enable``), the filter's metrics added. True when it ran."""
+        if not self.overlong_filter_on:
+            return False
+        from recipe_dapo.overlong import apply_overlong_filter
+
+        max_len = int(self.config.actor_rollout_ref.rollout.response_length)
+        metrics.update(apply_overlong_filter(batch, self.stop_ids, max_response_length=max_len))
+        return True
+
+
+class HoldsRecipeRun:
+    """The trainers' view of their :class:`RecipeRun`: ``recipe`` (created from ``config`` and ``tokenizer`` on first
+    use), and its run-wide state under the names both trainers and their tests use."""
+
+    @property
+    def recipe(self) -> RecipeRun:
+        run = self.__dict__.get("_recipe_run")
+        if run is None:
+            run = self.__dict__["_recipe_run"] = RecipeRun(self.config, getattr(self, "tokenizer", None))
+        return run
+
+    update_guard = property(lambda self: self.recipe.update_guard,
+                            lambda self, value: setattr(self.recipe, "update_guard", value))
+    preemption = property(lambda self: self.recipe.preemption,
+                          lambda self, value: setattr(self.recipe, "preemption", value))
+    stopped_by = property(lambda self: self.recipe.stopped_by,
+                          lambda self, value: setattr(self.recipe, "stopped_by", value))

@@ -1,0 +1,186 @@
+"""One run object, two trainers: what a DAPO run does the same on verl's classic and v1 trainers lives once, in
+``trainers.recipe_run.RecipeRun``, and each trainer is a thin adapter of verl's hooks onto it.
+
+Pinned here (as torchtune pins the methods its recipes share): both adapters hold a ``RecipeRun`` and implement the
+same verl hooks for the shared concerns; neither adapter calls the functions those concerns are made of (only the run
+object does), so a concern cannot grow a second implementation unnoticed; the sampler is built from the same settings
+on both; and the run object's state really travels through a checkpoint."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import compose_recipe_config
+from recipe_dapo.trainers import recipe_run
+from recipe_dapo.trainers.recipe_run import SAMPLER_SETTINGS, HoldsRecipeRun, RecipeRun, sampler_config, \
+    sampler_settings
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ADAPTER_MODULES = {
+    "classic": REPO_ROOT / "recipe_dapo" / "trainers" / "classic" / "trainer.py",
+    "v1": REPO_ROOT / "recipe_dapo" / "trainers" / "v1" / "trainer.py",
+}
+
+SHARED_HOOKS = ("fit", "_save_checkpoint", "_load_checkpoint", "_val_metrics_update")
+"""verl hooks through which both adapters hand the shared concerns to the run object (verl names them alike)."""
+
+RUN_METHODS = {
+    "open_tracker", "watch_rollout", "watch_preemption", "stop_requested", "needs_checkpoint", "observe_update",
+    "save_checkpoint", "load_checkpoint", "announce_resume", "validation_metrics", "count_trained_tokens",
+    "filter_overlong",
+}
+"""What both adapters call on their ``recipe``: the shared concerns, one method each."""
+
+SHARED_CONCERN_PARTS = {
+    "UpdateGuard", "TrainerWatch", "open_tracking", "watch_weight_syncs", "RolloutLiveness", "save_recipe_state",
+    "load_recipe_state", "guarded_save", "resume_line", "checkpoint_exists", "add_problem_metrics",
+    "apply_overlong_filter", "stop_token_ids", "announce", "from_config",
+}
+"""The functions and classes the shared concerns are made of: only ``recipe_run`` uses them."""
+
+
+def adapter_classes():
+    from recipe_dapo.trainers.classic.trainer import RayDAPOTrainer
+    from recipe_dapo.trainers.v1.trainer import DAPOTrainerV1, DAPOTrainerV1ColocateAsync
+
+    return {"classic": [RayDAPOTrainer], "v1": [DAPOTrainerV1, DAPOTrainerV1ColocateAsync]}
+
+
+def names_used(source: str) -> set[str]:
+    """Every name and attribute a module's code mentions (calls, imports, references)."""
+    used = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            used.update(alias.name for alias in node.names)
+    return used
+
+
+def recipe_calls(source: str) -> set[str]:
+    """The methods a module calls on ``self.recipe``."""
+    calls = set()
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "recipe" and isinstance(node.value.value, ast.Name)
+                and node.value.value.id == "self"):
+            calls.add(node.attr)
+    return calls
+
+
+def test_both_trainers_hold_a_recipe_run_and_adapt_the_same_verl_hooks():
+    for kind, classes in adapter_classes().items():
+        for cls in classes:
+            assert issubclass(cls, HoldsRecipeRun), cls
+            own = {name for klass in cls.__mro__ if klass.__module__.startswith("recipe_dapo.")
+                   for name in vars(klass)}
+            missing = set(SHARED_HOOKS) - own
+            assert not missing, f"{kind} adapter {cls.__name__} does not adapt verl's {sorted(missing)}"
+
+
+def test_both_adapters_hand_every_shared_concern_to_the_run_object():
+    calls = {kind: recipe_calls(path.read_text()) for kind, path in ADAPTER_MODULES.items()}
+    for kind, called in calls.items():
+        assert RUN_METHODS <= called, f"the {kind} adapter does not use RecipeRun.{sorted(RUN_METHODS - called)}"
+        assert called <= set(dir(RecipeRun)), sorted(called - set(dir(RecipeRun)))
+
+
+def test_no_adapter_implements_a_shared_concern_itself():
+    for kind, path in ADAPTER_MODULES.items():
+        again = names_used(path.read_text()) & SHARED_CONCERN_PARTS
+        assert not again, (f"the {kind} adapter uses {sorted(again)} itself: that concern is RecipeRun's "
+                           "(trainers/recipe_run.py), where both trainers get it")
+    assert SHARED_CONCERN_PARTS - {"from_config"} <= names_used(inspect.getsource(recipe_run))
+
+
+def test_the_concern_scan_sees_a_second_implementation():
+    # Positive control: an adapter that counts skipped updates with its own guard and writes its own state.
+    source = ("from recipe_dapo.trainers.step_metrics import UpdateGuard\n"
+              "class T:\n"
+              "    def __init__(self, config):\n"
+              "        self.guard = UpdateGuard(config.dapo.health.max_skipped_updates)\n"
+              "    def _save_checkpoint(self):\n"
+              "        save_recipe_state(self.config, 1, {})\n"
+              "        self.recipe.observe_update({}, 1)\n")
+    assert names_used(source) & SHARED_CONCERN_PARTS == {"UpdateGuard", "save_recipe_state"}
+    assert recipe_calls(source) == {"observe_update"}
+
+
+# ------------------------------------------------------------------------------------------------ the sampler
+
+
+def test_both_trainers_build_the_sampler_from_the_same_settings():
+    config = compose_recipe_config(["data.seed=7", "data.gen_batch_size=null"])
+    kwargs = OmegaConf.to_container(config.trainer.v1.sampler.sampler_kwargs, resolve=True)
+    assert tuple(kwargs) == SAMPLER_SETTINGS  # the v1 trainer's kwargs are the classic trainer's settings
+    settings = {key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+                for key, value in sampler_settings(config).items()}
+    assert settings == kwargs
+    classic, v1 = sampler_config(sampler_settings(config)), sampler_config(kwargs)
+    assert classic == v1
+    assert classic.seed == 7 and classic.skip_seed == 7  # data.seed reaches the prompt-skip draws on both
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+
+class _Trainer(HoldsRecipeRun):
+    def __init__(self, config):
+        self.config = config
+
+
+def test_the_update_guard_travels_with_the_recipe_state_through_a_checkpoint(tmp_path):
+    config = compose_recipe_config([f"trainer.default_local_dir={tmp_path}"])
+    trainer = _Trainer(config)
+    guard = trainer.recipe.update_guard
+    guard.observe({"actor/grad_norm": float("nan")}, step=1)
+    saved = []
+    trainer.recipe.save_checkpoint(3, {"sampler": {"pooled": 2}}, lambda: saved.append(3) or (
+        tmp_path / "global_step_3").mkdir(exist_ok=True) or (tmp_path / "latest_checkpointed_iteration.txt").write_text("3"))
+    assert saved == [3] and not trainer.recipe.needs_checkpoint(3) and trainer.recipe.needs_checkpoint(4)
+
+    resumed = _Trainer(config)
+    state = resumed.recipe.load_checkpoint(3)
+    assert state["sampler"] == {"pooled": 2}
+    assert resumed.update_guard.state_dict() == {"in_a_row": 1, "total": 1}
+    assert resumed.recipe.load_checkpoint(5) is None
+
+
+def test_the_trainers_state_names_are_the_run_objects():
+    trainer = _Trainer(compose_recipe_config([]))
+    assert trainer.stopped_by is None and trainer.update_guard is trainer.recipe.update_guard
+    trainer.stopped_by = "SIGTERM"
+    assert trainer.recipe.stopped_by == "SIGTERM"
+
+    class Raised:
+        def requested(self):
+            return "SIGINT"
+
+    other = _Trainer(compose_recipe_config([]))
+    other.preemption = Raised()
+    assert other.recipe.stop_requested() == "SIGINT" and other.stopped_by == "SIGINT"
+
+
+@pytest.mark.parametrize("enable", [True, False])
+def test_the_overlong_filter_runs_only_when_enabled(enable):
+    import torch
+    from verl import DataProto
+
+    config = compose_recipe_config([f"dapo.overlong_filter.enable={str(enable).lower()}",
+                                    "actor_rollout_ref.rollout.response_length=4"])
+    run = RecipeRun(config)
+    run._stop_ids = [2]  # the tokenizer's end-of-sequence id
+    batch = DataProto.from_dict(tensors={"responses": torch.tensor([[5, 6, 7, 8], [5, 2, 0, 0]]),
+                                         "response_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])})
+    metrics: dict = {}
+    assert run.filter_overlong(batch, metrics) is enable
+    expected = [[0, 0, 0, 0], [1, 1, 0, 0]] if enable else [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch.batch["response_mask"].tolist() == expected
+    assert bool(metrics) is enable
