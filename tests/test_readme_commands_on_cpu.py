@@ -138,3 +138,20 @@ def test_the_report_command_draws_the_default_run_as_written(tmp_path):
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "runs" / "dapo_cpu" / "run_report.png").stat().st_size > 10_000
     assert "| dapo_cpu | 6 (1-6) |" in (tmp_path / "runs" / "dapo_cpu" / "run_report.md").read_text()
+
+
+def test_the_run_the_readme_evaluates_saves_the_model_the_evaluation_reads():
+    """The Evaluating section's training command saves a checkpoint with its Hugging Face copy, at the last step at
+    least, in the folder its evaluation command reads (`--model runs/dapo_cpu/checkpoints`)."""
+    section = README.split("## Evaluating a trained model", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    train = next(line for line in block.splitlines() if "scripts/run_dapo_cpu.sh" in line)
+    argv = words(train)
+    config = compose_recipe_config([*CPU_RUN, *argv[argv.index("scripts/run_dapo_cpu.sh") + 1:]])
+    assert config.trainer.save_freq > 0
+    assert "hf_model" in config.actor_rollout_ref.actor.checkpoint.save_contents
+    evaluate = words(block.replace("\\\n", " ").split(".venv/bin/python -m recipe_dapo.evaluation.evaluate", 1)[1])
+    # scripts/run_dapo_cpu.sh saves under $WORK_DIR/checkpoints, WORK_DIR defaulting to runs/dapo_cpu.
+    script = (REPO_ROOT / "scripts" / "run_dapo_cpu.sh").read_text()
+    assert 'trainer.default_local_dir="$WORK_DIR/checkpoints"' in script and "runs/dapo_cpu}" in script
+    assert evaluate[evaluate.index("--model") + 1] == "runs/dapo_cpu/checkpoints"
