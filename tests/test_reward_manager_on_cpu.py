@@ -731,3 +731,29 @@ def test_the_failure_window_judges_only_the_last_samples_and_only_once_enough_ar
         window.record("boom")
     with pytest.raises(ValueError, match="max_reward_failure_ratio must lie in"):
         FailureWindow(1.5, 10, "f")
+
+
+def test_on_verl_v1_a_broken_reward_function_fails_its_group_as_fatal_so_the_run_stops():
+    """On v1 a reward error fails its prompt group, which the sampler would drop and replace; the agent-loop worker's
+    tag marks RewardFunctionBroken fatal (also inside Ray's wrapper), so the buffer stops the step with its line.
+    Positive control: an ordinary reward exception is not fatal (one group lost, the run goes on)."""
+    from recipe_dapo.reward.bounded_calls import RewardFunctionBroken
+    from recipe_dapo.trainers.rollout_health import FATAL_TAG, ERROR_TAG, error_tag
+
+    broken = RewardFunctionBroken("custom reward function compute_score in /r.py: 5 of 5 (100%) calls timed out")
+    tag = error_tag(broken)
+    assert tag[FATAL_TAG] is True and "5 of 5 (100%) calls timed out" in tag[ERROR_TAG]
+    try:
+        try:
+            raise broken
+        except RewardFunctionBroken as cause:
+            raise RuntimeError("ray::RewardLoopWorker.compute_score() failed") from cause
+    except RuntimeError as wrapped:
+        assert error_tag(wrapped)[FATAL_TAG] is True
+    assert error_tag(ValueError("cannot parse"))[FATAL_TAG] is False
+    from recipe_dapo.trainers.rollout_health import fatal_failure_message
+
+    message = fatal_failure_message(4, [tag[ERROR_TAG]], 3, 10)
+    assert message.startswith("the reward function stopped the run at step 4: 3 prompt group(s) failed with "
+                              "RewardFunctionBroken: custom reward function compute_score in /r.py")
+    assert fatal_failure_message(4, ["RuntimeError: x"], 1, 0).startswith("rollout died at step 4")

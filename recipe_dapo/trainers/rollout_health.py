@@ -32,6 +32,7 @@ FATAL_ERROR_NAMES = (
     "NodeDiedError",
     "OutOfMemoryError",
     "RaySystemError",
+    "RewardFunctionBroken",  # the reward function failed too often or left too many calls hanging (recipe_dapo.reward)
 )
 
 # The tag fields the recipe's agent-loop worker adds to a failed prompt group's marker in TransferQueue.
@@ -91,6 +92,8 @@ def fatal_failure_message(step: int, errors: list[str], failed_groups: int, in_f
     (which replica or worker), when it found something."""
     shown = errors[0] + (f" (and {len(errors) - 1} more like it)" if len(errors) > 1 else "")
     found = f"{dead}; " if dead else ""
+    if any("RewardFunctionBroken" in error for error in errors):  # not the rollout: the reward function (its line)
+        return f"the reward function stopped the run at step {step}: {failed_groups} prompt group(s) failed with {shown}"
     return (
         f"rollout died at step {step}: {found}{failed_groups} prompt group(s) failed with {shown}, {in_flight} "
         "still in flight; no later group can finish, so the run stops instead of waiting. Check the rollout "
