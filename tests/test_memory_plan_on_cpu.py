@@ -60,14 +60,14 @@ def test_golden_plan_of_a_hand_sized_config():
     # 2x2x16 + 8) = 1,204,224; logits 2048 x 1000 x 2 = 4,096,000; lm_head 64,000 x 2 = 128,000: 5,952,512.
     # In a layer's backward: the same 524,288 + 1,204,224, the layer recomputed 2048 x 2,456 B (norms 2 x (4x64 +
     # 2x2x64 + 4) = 1,032, attention 2 x (2x64 + 2x32) + 4x4 = 400, MLP 4x2x128 = 1,024) = 5,029,888, an MLP-sized
-    # gradient 2048 x 128 x 2 = 524,288, two gathered layers and a gradient 3 x 37,120 x 2 = 222,720: 7,505,408,
-    # the larger moment.
-    assert update.peak == 202_304 * 2 + 404_608 + 7_505_408 == 8_314_624
+    # gradient 2048 x 128 x 2 = 524,288, two gathered layers 2 x 37,120 x 2 = 148,480, the layer's fp32 gradient
+    # 37,120 x 4 = 148,480 and (4 ranks) the all-gather buffer 37,120 x 2 = 74,240: 7,653,888, the larger moment.
+    assert update.peak == 202_304 * 2 + 404_608 + 7_653_888 == 8_463_104
     assert update.largest.name == "one layer recomputed for backward"
     # Optimizer step: the states plus AdamW's foreach temporaries (one parameter-sized list, 202,304).
     assert phases["optimizer step"].peak == 202_304 * 3 + 404_608
     # Old log-probs (4,096 tokens, no grad, compiled entropy): resident parameters and AdamW, and the larger of the
-    # logits 4096 x 1000 x 2 = 8,192,000 and a layer (2 x 37,120 x 2 + 4096 x (2x2x64 + 4x64 + 3x2x128)).
+    # logits 4096 x 1000 x 2 = 8,192,000 and a layer (3 x 37,120 x 2 + 4096 x (2x2x64 + 4x64 + 3x2x128)).
     assert phases["old log-prob"].peak == 202_304 + 404_608 + 8_192_000
     # KV: 2 x 2 layers x 1 KV head per TP rank x 16 x 2 B = 128 B a token. vLLM: 0.5 GiB, less its weights
     # 202,304 x 2 / 2 and profiled activations 1024 x 2 x (4x64 + 3x64) + 64 x 1000 x 4 x 2 = 1,429,504.

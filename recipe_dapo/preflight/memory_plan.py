@@ -514,11 +514,15 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
 
     # ---- old log-probs: no grad, entropy on
     logits_dtype = _dtype_name(b)
+    # with more than one rank FSDP2 all-gathers a layer into one buffer and copies it out to the parameters
+    all_gather = [Term(f"all-gather output before its copy-out ({logits_dtype})", m.layer_params * b)] \
+        if lay.fsdp > 1 else []
     t_lp = _tokens(lay.dynamic, lay.logprob_tokens_budget, lay.logprob_micro, seq, lay.sp)
     at_logits = [Term(f"logits [tokens, vocab] ({logits_dtype})", t_lp * m.vocab * b, per_token=True),
                  _entropy_term(t_lp, m, b, lay, no_grad=True)]
     in_layer = [Term("gathered layer (no-grad forward)", (2 if gpu else 1) * m.layer_params * b),
-                Term("one layer's working set", t_lp * forward_working_set_bytes_per_token(m, b), per_token=True)]
+                Term("one layer's working set", t_lp * forward_working_set_bytes_per_token(m, b), per_token=True)
+                ] + all_gather
     logprob_terms = resident + awake_vllm + overhead + _larger(at_logits, in_layer)
     if lay.param_offload and not lay.offload_policy:
         logprob_terms.append(Term(f"actor parameters ({_dtype_name(pb)}, loaded for the pass)", shard(P * pb)))
@@ -531,7 +535,8 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
             [Term(f"logits [tokens, vocab] ({logits_dtype})", t_ref * m.vocab * b * (1 if lay.remove_padding else 2),
                   per_token=True)],
             [Term("reference layers gathered from the host", (2 if gpu else 1) * m.layer_params * b),
-             Term("one layer's working set", t_ref * forward_working_set_bytes_per_token(m, b), per_token=True)])
+             Term("one layer's working set", t_ref * forward_working_set_bytes_per_token(m, b), per_token=True)]
+            + all_gather)
         phases.append(Phase("ref log-prob", ref_terms, tokens=t_ref))
 
     # ---- actor update: the backward of the logits, and the optimizer step
@@ -578,8 +583,10 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
                              per_token=True))
     in_layer += [Term("layer backward temporaries (one [tokens, intermediate] gradient)", t_up * m.intermediate * b,
                       per_token=True),
-                 Term(f"gathered layer{'s' if gpu else ''} and its gradient ({logits_dtype})",
-                      ((2 if gpu else 1) + 1) * m.layer_params * b)]
+                 Term(f"gathered layer{'s (current and prefetched)' if gpu else ''} ({logits_dtype})",
+                      (2 if gpu else 1) * m.layer_params * b),
+                 Term("a layer's gradient in reduce_dtype for its reduce-scatter (fp32)", m.layer_params * 4)]
+    in_layer += all_gather
     if m.tied:
         in_layer.append(lm_head)
     update_terms = states_update + awake_vllm + overhead + _larger(at_logits, in_layer)

@@ -33,6 +33,9 @@ def rule_memory_plan(config: DictConfig, report: CheckReport) -> Iterable[str]:
     except PlanInputMissing as exc:
         logger.warning("%s", exc)
         return []
+    except (TypeError, ValueError, KeyError) as exc:  # a value the plan cannot read: never block a start-up on it
+        logger.warning("memory plan: not made (%s: %s); the start-up goes on unchecked", type(exc).__name__, exc)
+        return []
     if plan.gpu_bytes is None:
         logger.info("%s", GPU_MISSING)
         return []
@@ -62,6 +65,8 @@ def plan_lines(config: DictConfig) -> list[str]:
         plan = plan_for_config(config)
     except PlanInputMissing as exc:
         return [str(exc)]
+    except (TypeError, ValueError, KeyError) as exc:
+        return [f"memory plan: not made ({type(exc).__name__}: {exc})"]
     lines = plan.table()
     if plan.gpu_bytes is None:
         lines.append(GPU_MISSING)
