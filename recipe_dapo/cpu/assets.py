@@ -24,7 +24,7 @@ import random
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from recipe_dapo.data.template import apply_dapo_template, strip_dapo_template
+from recipe_dapo.data.template import apply_dapo_template, is_dapo_templated, strip_dapo_template
 
 logger = logging.getLogger(__name__)
 
@@ -74,16 +74,34 @@ def worked_solution(problem: str, answer: int) -> str:
     return f"{expression} = {answer}\nAnswer: {answer}"
 
 
-def synthetic_rows(num_rows: int, split: str, seed: int) -> list[dict]:
-    """verl RL rows (data_source, prompt, ability, reward_model, extra_info) of arithmetic problems."""
-    rng = random.Random(f"{seed}-{split}")
+TASKS = ("arithmetic", "chain")
+"""The synthetic tasks: ``arithmetic`` (one operation on one-digit numbers, a fixed short answer) and ``chain``
+(multi-step chains of one-digit additions and subtractions written out line by line, :mod:`recipe_dapo.cpu.chain_task`:
+response lengths that vary several-fold, for the learning study)."""
+
+
+def _problems(num_rows: int, split: str, seed: int, task: str) -> list[tuple[str, int, str]]:
+    """``(problem, answer, data_source)`` of each row of ``task``."""
+    if task == "arithmetic":
+        rng = random.Random(f"{seed}-{split}")
+        return [(*arithmetic_problem(rng), DATA_SOURCE) for _ in range(num_rows)]
+    if task == "chain":
+        from recipe_dapo.cpu import chain_task
+
+        return [(p.text, p.answer, chain_task.DATA_SOURCE) for p in chain_task.problems(num_rows, seed, split)]
+    raise ValueError(f"unknown synthetic task {task!r}; expected one of {TASKS}")
+
+
+def synthetic_rows(num_rows: int, split: str, seed: int, task: str = "arithmetic") -> list[dict]:
+    """verl RL rows (data_source, prompt, ability, reward_model, extra_info) of ``task``'s problems."""
     rows = []
-    for index in range(num_rows):
-        problem, answer = arithmetic_problem(rng)
+    for index, (problem, answer, source) in enumerate(_problems(num_rows, split, seed, task)):
         rows.append(
             {
-                "data_source": DATA_SOURCE,
-                "prompt": [{"role": "user", "content": apply_dapo_template(problem)}],
+                "data_source": source,
+                # chain: the bare problem, a short prompt (the warm-up teaches the answer line), so that a step
+                # on two cores spends its time on the responses
+                "prompt": [{"role": "user", "content": problem if task == "chain" else apply_dapo_template(problem)}],
                 "ability": "math",
                 "reward_model": {"ground_truth": str(answer), "style": "rule"},
                 "extra_info": {"index": index, "split": split},
@@ -92,19 +110,29 @@ def synthetic_rows(num_rows: int, split: str, seed: int) -> list[dict]:
     return rows
 
 
+def warmup_solution(problem: str, answer: int, task: str, rng: random.Random) -> str:
+    """The supervised target of one warm-up example: the worked solution (for ``chain``, in a style drawn at random,
+    so the warmed-up policy starts out writing either)."""
+    if task == "chain":
+        from recipe_dapo.cpu import chain_task
+
+        return chain_task.solution(chain_task.parse_problem(problem), rng.choice(chain_task.STYLES))
+    return worked_solution(problem, answer)
+
+
 def arithmetic_problem_from_row(row: dict) -> tuple[str, int]:
     content = row["prompt"][0]["content"]
-    problem = strip_dapo_template(content)
+    problem = strip_dapo_template(content) if is_dapo_templated(content) else content
     return problem, int(row["reward_model"]["ground_truth"])
 
 
-def write_dataset(out_dir: Path, num_train: int, num_val: int, seed: int) -> tuple[Path, Path]:
+def write_dataset(out_dir: Path, num_train: int, num_val: int, seed: int, task: str = "arithmetic") -> tuple[Path, Path]:
     import pandas as pd
 
     out_dir.mkdir(parents=True, exist_ok=True)
     train, val = out_dir / "train.parquet", out_dir / "val.parquet"
-    pd.DataFrame(synthetic_rows(num_train, "train", seed)).to_parquet(train)
-    pd.DataFrame(synthetic_rows(num_val, "val", seed)).to_parquet(val)
+    pd.DataFrame(synthetic_rows(num_train, "train", seed, task)).to_parquet(train)
+    pd.DataFrame(synthetic_rows(num_val, "val", seed, task)).to_parquet(val)
     return train, val
 
 
@@ -175,15 +203,16 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
     logger.info("warm-up done: %d steps, last loss %.3f", spec.warmup_steps, loss.item())
 
 
-def bpe_training_texts(train_file: Path) -> list[str]:
-    """The prompts of the training set and every answer line the task can produce."""
+def bpe_training_texts(train_file: Path, solutions: list[str] = ()) -> list[str]:
+    """The prompts of the training set, every answer line the task can produce, and the given worked solutions."""
     import pandas as pd
 
     texts = [row[0]["content"] for row in pd.read_parquet(train_file)["prompt"]]
-    return texts + [f"{n} = {n}\nAnswer: {n}" for n in range(-100, 101)]
+    return texts + [f"{n} = {n}\nAnswer: {n}" for n in range(-100, 101)] + list(solutions)
 
 
-def tokenizer_as_verl_loads_it(model_dir: Path, tokenizer_path: str | None, train_file: Path):
+def tokenizer_as_verl_loads_it(model_dir: Path, tokenizer_path: str | None, train_file: Path,
+                               solutions: list[str] = ()):
     """The tokenizer saved into ``model_dir``, reloaded exactly as verl and vLLM will load it.
 
     verl and vLLM read the tokenizer with ``AutoTokenizer`` from the model folder, and transformers 5 picks
@@ -196,7 +225,7 @@ def tokenizer_as_verl_loads_it(model_dir: Path, tokenizer_path: str | None, trai
     if tokenizer_path:
         AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(model_dir)
     else:
-        train_bpe_tokenizer(model_dir, bpe_training_texts(train_file))
+        train_bpe_tokenizer(model_dir, bpe_training_texts(train_file, solutions))
     Qwen2Config().save_pretrained(model_dir)  # placeholder until the model is saved: it sets the class
     return AutoTokenizer.from_pretrained(model_dir)
 
@@ -235,16 +264,23 @@ def build_default_assets(
     num_val: int = 32,
     seed: int = 0,
     spec: TinyModelSpec = TinyModelSpec(),
+    task: str = "arithmetic",
+    num_warmup: int = 0,
 ) -> dict[str, str]:
-    """Build (or reuse) the data, tokenizer and model of the default run; returns their paths."""
+    """Build (or reuse) the data, tokenizer and model of the default run; returns their paths.
+
+    The warm-up trains on the training rows' worked solutions, or with ``num_warmup`` > 0 on that many problems of
+    their own (split ``warmup``: the same distribution, none of them a training or validation row)."""
     out = Path(out_dir).resolve()
     manifest_path = out / "manifest.json"
     wanted = {
         # Bumped when the build changes, so that folders built by an older version are rebuilt.
-        "builder_version": 2,
+        "builder_version": 3,
         "tokenizer_source": str(Path(tokenizer_path).resolve()) if tokenizer_path else "bpe",
+        "task": task,
         "num_train": num_train,
         "num_val": num_val,
+        "num_warmup": num_warmup,
         "seed": seed,
         "spec": asdict(spec),
     }
@@ -257,14 +293,17 @@ def build_default_assets(
         logger.info("reusing default-run assets in %s", out)
         return paths
 
-    train, _ = write_dataset(out / "data", num_train, num_val, seed)
+    train, _ = write_dataset(out / "data", num_train, num_val, seed, task)
     model_dir = out / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = tokenizer_as_verl_loads_it(model_dir, tokenizer_path, train)
+    style_rng = random.Random(f"{seed}-styles")
+    warmup_rows = synthetic_rows(num_warmup, "warmup", seed, task) if num_warmup else synthetic_rows(
+        num_train, "train", seed, task)
     examples = [
-        (list(row["prompt"]), worked_solution(*arithmetic_problem_from_row(row)))
-        for row in synthetic_rows(num_train, "train", seed)
+        (list(row["prompt"]), warmup_solution(*arithmetic_problem_from_row(row), task, style_rng))
+        for row in warmup_rows
     ]
+    tokenizer = tokenizer_as_verl_loads_it(model_dir, tokenizer_path, train, [text for _, text in examples])
     build_tiny_model(model_dir, tokenizer, spec, examples)
     manifest_path.write_text(json.dumps({"wanted": wanted, "paths": paths}, indent=2))
     return paths
@@ -277,13 +316,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-train", type=int, default=512)
     parser.add_argument("--num-val", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--task", choices=TASKS, default="arithmetic", help="the synthetic task (see TASKS)")
+    parser.add_argument("--num-warmup", type=int, default=0,
+                        help="warm up on this many problems of their own (0: on the training rows)")
     defaults = TinyModelSpec()
     for name in CLI_SPEC_FIELDS:  # --hidden-size, --num-hidden-layers, ... (the model's shape)
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     spec = replace(defaults, **{name: getattr(args, name) for name in CLI_SPEC_FIELDS})
-    paths = build_default_assets(args.out, args.tokenizer, args.num_train, args.num_val, args.seed, spec)
+    paths = build_default_assets(args.out, args.tokenizer, args.num_train, args.num_val, args.seed, spec, args.task,
+                                 args.num_warmup)
     for key, value in paths.items():
         print(f"{key.upper()}={value}")
 
