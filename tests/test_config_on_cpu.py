@@ -230,7 +230,8 @@ def techniques_on(config) -> set[str]:
 
 def test_groups_hold_the_expected_choices():
     assert SIZES == ["cpu_tiny", "paper_32b", "qwen2.5_1.5b_one_node", "qwen2.5_7b_math", "small_one_gpu"]
-    assert set(ABLATIONS) == {row[0] for row in TABLE1} | {"no_dynamic_sampling", "no_token_level_loss"}
+    assert set(ABLATIONS) == {row[0] for row in TABLE1} | {"no_dynamic_sampling", "no_token_level_loss",
+                                                            "no_clip_higher", "no_overlong_shaping"}
     assert SAMPLINGS == ["paper", "recipe"]
 
 
@@ -278,6 +279,11 @@ def test_leave_one_out_ablations_switch_off_exactly_their_technique():
     assert dapo == TABLE1[-1][2]
     assert techniques_on(compose_recipe_config(["ablation=no_dynamic_sampling"])) == dapo - {"dynamic_sampling"}
     assert techniques_on(compose_recipe_config(["ablation=no_token_level_loss"])) == dapo - {"token_level_loss"}
+    assert techniques_on(compose_recipe_config(["ablation=no_clip_higher"])) == dapo - {"clip_higher"}
+    # Full DAPO shapes overlong responses with the soft punishment only (the filter is off): switching shaping off
+    # leaves neither on.
+    assert "overlong_filtering" not in dapo
+    assert techniques_on(compose_recipe_config(["ablation=no_overlong_shaping"])) == dapo - {"soft_overlong"}
 
 
 def test_table1_rows_equal_the_leave_one_out_ablations_they_coincide_with():
