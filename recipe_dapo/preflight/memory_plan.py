@@ -612,8 +612,8 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
         host.append(Term("actor gradients", shard(trainable * pb)))
     if lay.use_ref and lay.lora_rank == 0:
         host.append(Term("reference parameters", shard(P * pb)))
-    if lay.free_cache_engine and gpu:
-        host.append(Term("sleeping vLLM weights (level 1)", weights_rank))
+    if lay.free_cache_engine and gpu and lay.lora_rank > 0:  # level 2 (weights discarded) unless LoRA adapters
+        host.append(Term("sleeping vLLM weights (sleep level 1, LoRA)", weights_rank))
     host_per_node = sum(t.bytes for t in host) * lay.per_node
     if lay.dynamic:
         notes.append("dynamic micro-batches are planned at their token budget; verl balances micro-batches by "
