@@ -1,7 +1,7 @@
 """Chain arithmetic: a CPU task whose reasoning length varies from problem to problem.
 
-"Compute 4+5-2+3." is solved one operation per line, each line evaluating the first operation of the line before, and ends in the DAPO
-answer line::
+"Compute 4+5-2+3." (the bare problem is the whole prompt) is solved one operation per line, each line evaluating the
+first operation of the line before, and ends in the DAPO answer line::
 
     4+5-2+3
     =9-2+3
@@ -16,7 +16,7 @@ stays between 0 and 20, so every number is a plain integer and one line is one o
 Two ways to write the same solution are taught in the warm-up (:func:`solution`):
 
 - ``concise``: the lines above;
-- ``verbose``: every line prefixed ``Step i:`` and a closing sentence, about 1.5x as long.
+- ``verbose``: every line prefixed ``Step i:`` and a closing sentence, about twice as many tokens.
 
 A policy warmed up on both starts out choosing either, so its response lengths spread widely, and the verbose
 solutions of long chains overrun a response limit that the concise ones fit. That gives each DAPO technique

@@ -1,0 +1,82 @@
+"""The ablation bench's pure parts: when a run stops, what a run record holds, and how a claim's verdict is drawn."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "learning"))
+
+import ablation  # noqa: E402
+import ablation_report  # noqa: E402
+
+
+def test_interval_is_the_t_interval_of_the_mean():
+    # Three seeds 0.4, 0.5, 0.6: mean 0.5, sample sd 0.1, half-width t(0.975, 2) * 0.1 / sqrt(3) = 4.303 * 0.05774.
+    mean, low, high = ablation_report.interval([0.4, 0.5, 0.6])
+    assert mean == pytest.approx(0.5)
+    assert high - mean == pytest.approx(4.303 * 0.1 / math.sqrt(3))
+    assert ablation_report.interval([0.7]) == (0.7, 0.7, 0.7)  # one seed: no interval
+    assert all(math.isnan(x) for x in ablation_report.interval([None]))
+
+
+def test_verdict_needs_non_overlapping_intervals_and_the_target_ratio():
+    verdict = ablation_report._verdict
+    assert verdict((0.9, 0.8, 1.0), (0.5, 0.4, 0.6), True) == "reproduced"
+    assert verdict((0.9, 0.5, 1.3), (0.5, 0.4, 0.6), True) == "inconclusive"  # overlapping
+    assert verdict((0.5, 0.4, 0.6), (0.9, 0.8, 1.0), True) == "not reproduced"  # the other way round
+    # Entropy 1.2x the control's, intervals apart: the direction holds, the 1.5x target does not.
+    assert verdict((1.2, 1.15, 1.25), (1.0, 0.95, 1.05), True, ratio=1.5) == "direction reproduced, target ratio missed"
+    # Truncation: lower is better, at most half the control's.
+    assert verdict((0.04, 0.03, 0.05), (0.2, 0.15, 0.25), False, ratio=0.5) == "reproduced"
+    assert verdict((0.04, 0.03, 0.05), (0.06, 0.055, 0.065), False, ratio=0.5) == "direction reproduced, target ratio missed"
+    assert verdict((math.nan,) * 3, (0.5, 0.4, 0.6), True) == "inconclusive"
+
+
+def test_a_run_stops_at_the_first_validation_past_the_budget():
+    val = {"val-core/x/acc/mean@4": 0.5}
+    metrics = {0: dict(val), 1: {"dynamic_sampling/generated_tokens": 600.0},
+               2: {"dynamic_sampling/generated_tokens": 600.0, **val},
+               3: {"dynamic_sampling/generated_tokens": 600.0},  # past 1,500 here, but no validation
+               4: {"dynamic_sampling/generated_tokens": 600.0, **val}}
+    assert ablation.budget_reached(metrics, 1500) == 4
+    assert ablation.budget_reached(metrics, 1200) == 2
+    assert ablation.budget_reached(metrics, 10_000) is None
+
+
+def _run(tmp_path: Path, arm: str, seed: int, accs, entropy: float) -> dict:
+    run_dir = tmp_path / f"{arm}_s{seed}"
+    run_dir.mkdir()
+    lines = [{"step": 0, "data": {"val-core/chain/acc/mean@4": accs[0]}}]
+    for step in (1, 2):
+        lines.append({"step": step, "data": {
+            "dynamic_sampling/generated_tokens": 1000.0, "actor/entropy": entropy, "overlong/truncated_ratio": 0.1,
+            "reward/acc_mean": 0.5, "actor/pg_clipfrac_eps_low": 0.01, "actor/pg_clipfrac_eps_high": 0.002,
+            "response_length/mean": 30.0, "dynamic_sampling/trained_groups": 8.0,
+            "dynamic_sampling/solve_all_ratio": 0.25, "dynamic_sampling/solve_none_ratio": 0.25,
+            **({"val-core/chain/acc/mean@4": accs[1]} if step == 2 else {})}})
+    (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    (run_dir / "stop.json").write_text(json.dumps({"reason": "budget", "step": 2, "wall_s": 10.0}))
+    return ablation.run_record(arm, seed, run_dir, ablation.Design())
+
+
+def test_run_records_read_the_metrics_file_and_the_doc_renders_from_them_alone(tmp_path):
+    runs = [_run(tmp_path, "dapo", seed, (0.5, 0.7 + 0.01 * seed), 0.3) for seed in (0, 1, 2)]
+    runs += [_run(tmp_path, "no_dynamic_sampling", seed, (0.5, 0.6 + 0.01 * seed), 0.2) for seed in (0, 1, 2)]
+    dapo, plain = runs[0], runs[3]
+    assert (dapo["steps"], dapo["generated_tokens"], dapo["val_acc_start"], dapo["val_acc_end"]) == (2, 2000.0, 0.5, 0.7)
+    assert dapo["informative_share"] == 1.0  # filtered: only groups with spread are trained
+    assert plain["informative_share"] == pytest.approx(0.5)  # kept all: a quarter all right, a quarter all wrong
+    study = {"design": ablation.asdict(ablation.Design()),
+             "arms": ablation.ARMS, "seeds": [0, 1, 2], "command": "python bench/learning/ablation.py",
+             "wall_s": 60.0, "repeat": None, "runs": runs}
+    (ds_claim,) = [c for c in ablation_report.claims(study) if c["claim"].startswith("Dynamic sampling")]
+    assert ds_claim["verdict"] == "reproduced"  # 0.71 [0.685, 0.735] against 0.61 [0.585, 0.635]
+    text = ablation_report.generated(study, [])
+    assert text.startswith(ablation_report.BEGIN) and text.endswith(ablation_report.END)
+    assert "| DAPO (all four) | 3 |" in text and "| no dynamic sampling | 3 |" in text
+    assert ablation_report.result_line(study).startswith("RESULT runs=6 val_acc_dapo=0.71 ")
