@@ -10,7 +10,7 @@
 # Override:  bash scripts/run_dapo_cpu.sh trainer.total_training_steps=10 actor_rollout_ref.rollout.n=4
 # Your own:  MODEL_PATH=/path/to/hf_model TRAIN_FILE=train.parquet VAL_FILE=val.parquet bash scripts/run_dapo_cpu.sh
 # Env:       TOKENIZER_PATH (tokenizer for the built model; default: a 512-token BPE trained on the synthetic
-#            data, so the run needs nothing from outside; e.g. TOKENIZER_PATH=../shared/data/qwen2.5-tokenizer
+#            data, so the run needs nothing from outside; e.g. TOKENIZER_PATH=/path/to/qwen2.5-tokenizer
 #            builds the model on the real Qwen2.5 vocabulary, ~20x slower per step on CPU),
 #            WORK_DIR (assets, checkpoints, logs; default runs/dapo_cpu), PYTHON,
 #            DAPO_CONSOLE_FILTER=0 (every line of verl, vLLM and Ray on the console too; they always go to
@@ -52,6 +52,9 @@ if [[ "$BUILD_ASSETS" == 1 ]]; then
   # Configuration mistakes first (~2 s: Hydra's composition with its 'did you mean', and the start-up rules that
   # need no verl), before the ~20 s build of the default inputs; main_dapo checks everything again at start-up.
   DAPO_DRY_RUN_RULES_ONLY=1 "$PYTHON" -m recipe_dapo.dry_run "${OVERRIDES[@]}"
+  if [[ ! -f "$WORK_DIR/assets/manifest.json" ]]; then
+    echo "inputs: building the default data, tokenizer and tiny model in $WORK_DIR/assets (once; about 20 s)" >&2
+  fi
   # Prints MODEL_PATH=..., TRAIN_FILE=..., VAL_FILE=... of the built (or reused) default inputs; yours stay.
   BUILT=$("$PYTHON" -m recipe_dapo.cpu.assets --out "$WORK_DIR/assets" ${TOKENIZER_PATH:+--tokenizer "$TOKENIZER_PATH"} \
           | grep -E '^(MODEL_PATH|TRAIN_FILE|VAL_FILE)=')
