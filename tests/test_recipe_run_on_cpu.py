@@ -184,3 +184,65 @@ def test_the_overlong_filter_runs_only_when_enabled(enable):
     expected = [[0, 0, 0, 0], [1, 1, 0, 0]] if enable else [[1, 1, 1, 1], [1, 1, 0, 0]]
     assert batch.batch["response_mask"].tolist() == expected
     assert bool(metrics) is enable
+
+
+# ------------------------------------------------------------------------------------------------ the v1 adapter's fit
+
+
+@pytest.mark.parametrize("ending", ["trained", "preempted", "failed"])
+def test_the_v1_fit_logs_through_the_recipes_tracker_and_puts_verls_globals_back(tmp_path, monkeypatch, ending):
+    """verl's v1 ``fit`` (stood in for: it opens its ``Tracking`` from its module global, as verl's does, and logs a
+    step) runs with the recipe's tracker, TransferQueue timed and the stall watch set; afterwards verl's ``Tracking``
+    and ``pprint`` and TransferQueue's functions are verl's again, and the run's outcome reached the tracker."""
+    import transfer_queue as tq
+    import verl.trainer.ppo.v1.trainer_base as trainer_base
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from recipe_dapo.tracking.tracker import DAPOTracking
+    from recipe_dapo.trainers.preemption import Preempted
+    from recipe_dapo.trainers.rollout_health import StallWatch
+    from recipe_dapo.trainers.v1.trainer import DAPOTrainerV1
+
+    monkeypatch.setenv("VERL_FILE_LOGGER_ROOT", str(tmp_path))
+    verls_tracking, verls_pprint, verls_kv_list = trainer_base.Tracking, trainer_base.pprint, tq.kv_list
+    seen = {}
+
+    def verls_fit(trainer, agent_loop_manager):
+        trainer.logger = trainer_base.Tracking(project_name="p", experiment_name="e", default_backend=["file"],
+                                               config={})
+        trainer_base.pprint("Initial validation metrics: {...}")
+        seen["timed"] = getattr(tq.kv_list, "timed_phase", None)
+        trainer.logger.log({"training/global_step": 1}, step=1)
+        if ending == "preempted":
+            trainer.stopped_by = "SIGTERM"
+            trainer.global_steps = 2
+            raise Preempted("SIGTERM")
+        if ending == "failed":
+            raise RuntimeError("a worker died")
+
+    monkeypatch.setattr(PPOTrainer, "fit", verls_fit)
+
+    class Groups:
+        watch = None
+
+    class Buffer:
+        groups = Groups()
+
+    trainer = object.__new__(DAPOTrainerV1)
+    trainer.config = compose_recipe_config(["trainer.use_v1=true", "trainer.project_name=p", "trainer.experiment_name=e",
+                                            "trainer.logger=[file,console]"])
+    trainer.global_steps, trainer.total_training_steps, trainer.replay_buffer = 0, 1, Buffer()
+    outcomes = []
+    monkeypatch.setattr(DAPOTracking, "finish", lambda self, exit_code=0, outcome=None: outcomes.append(outcome))
+    if ending == "failed":
+        with pytest.raises(RuntimeError, match="a worker died"):
+            trainer.fit(agent_loop_manager=None)
+    else:
+        trainer.fit(agent_loop_manager=None)
+
+    assert isinstance(trainer.logger, DAPOTracking) and seen["timed"] == "tq_read"
+    assert isinstance(trainer.replay_buffer.groups.watch, StallWatch)
+    assert (trainer_base.Tracking, trainer_base.pprint, tq.kv_list) == (verls_tracking, verls_pprint, verls_kv_list)
+    assert (tmp_path / "p" / "e.jsonl").read_text().startswith('{"step":1')
+    assert outcomes == {"trained": [], "preempted": ["stopped by SIGTERM after step 1"],
+                        "failed": ["failed at step 0 (RuntimeError)"]}[ending]

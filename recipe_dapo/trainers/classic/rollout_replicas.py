@@ -1,4 +1,4 @@
-"""verl 0.9.1's rollout-replica protocol as a small state machine, so that the trainer cannot break it.
+"""verl 0.9.x's rollout-replica protocol as a small state machine, so that the trainer cannot break it.
 
 The protocol (``verl/checkpoint_engine/base.py`` and ``RayPPOTrainer``):
 

@@ -1,4 +1,4 @@
-"""``RayDAPOTrainer``: DAPO's Algorithm 1 on top of verl 0.9.1's ``RayPPOTrainer``.
+"""``RayDAPOTrainer``: DAPO's Algorithm 1 on top of verl 0.9.x's ``RayPPOTrainer``.
 
 One training step, as the paper writes it::
 
