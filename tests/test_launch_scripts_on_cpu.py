@@ -411,7 +411,7 @@ def test_dry_run_mode_end_to_end_passes_a_good_config_and_names_the_key_of_a_bad
 
 
 def test_cpu_run_refuses_a_mistyped_key_or_a_refused_setting_before_building_its_inputs(tmp_path):
-    """Issue 28, item 2: the start-up rules and Hydra's composition run before the default model and data are built
+    """The start-up rules and Hydra's composition run before the default model and data are built
     (about 20 s), so a mistake is reported in seconds and nothing is built."""
     import time
 
