@@ -65,12 +65,15 @@ def names_used(source: str) -> set[str]:
 
 
 def recipe_calls(source: str) -> set[str]:
-    """The methods a module calls on ``self.recipe``."""
+    """The methods a module calls on ``self.recipe``, or on ``RecipeRun`` itself (its static steps)."""
     calls = set()
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-                and node.value.attr == "recipe" and isinstance(node.value.value, ast.Name)
-                and node.value.value.id == "self"):
+        if not isinstance(node, ast.Attribute):
+            continue
+        on_run = (isinstance(node.value, ast.Attribute) and node.value.attr == "recipe"
+                  and isinstance(node.value.value, ast.Name) and node.value.value.id == "self")
+        on_class = isinstance(node.value, ast.Name) and node.value.id == "RecipeRun"
+        if on_run or on_class:
             calls.add(node.attr)
     return calls
 

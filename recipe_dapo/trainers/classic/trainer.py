@@ -56,7 +56,7 @@ from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
 from recipe_dapo.trainers.nodes import log_placement
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, failed_outcome, stopped_outcome
+from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, stopped_outcome
 from recipe_dapo.trainers.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
 from recipe_dapo.trainers.validation_metrics import equal_samples_per_problem, with_problem_uids
 
@@ -398,7 +398,8 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         """
         equal = equal_samples_per_problem(data_sources, sample_uids, reward_extra_infos_dict)
         metric_dict = super()._val_metrics_update(*equal, sample_turns)
-        return self.recipe.validation_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
+        # A static step: validation metrics need no run state (the trainer may be half-built in a test).
+        return RecipeRun.validation_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
 
     def log_step(self, batch: Optional[DataProto], metrics: dict, timing: dict) -> None:
         self.max_steps_duration = max(self.max_steps_duration, timing.get("step", 0.0))

@@ -33,7 +33,7 @@ from recipe_dapo.compat.verl import v1_tracking
 from recipe_dapo.overlong import TRUNCATED_COLUMN
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.preemption import Preempted
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, failed_outcome, stopped_outcome
+from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, stopped_outcome
 from recipe_dapo.trainers.rollout_health import StallWatch
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step, uninstall_tq_timing
@@ -182,7 +182,8 @@ class _DAPOOnV1(HoldsRecipeRun):
         metric_dict = super()._val_metrics_update(
             data_sources, sample_uids, reward_extra_infos_dict, sample_turns, expected_acc_counts=expected_acc_counts
         )
-        return self.recipe.validation_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
+        # A static step: validation metrics need no run state (the trainer may be half-built in a test).
+        return RecipeRun.validation_metrics(metric_dict, data_sources, sample_uids, reward_extra_infos_dict)
 
     # ---------------------------------------------------------------- checkpoints
 
