@@ -303,7 +303,9 @@ def build_default_assets(
         (list(row["prompt"]), warmup_solution(*arithmetic_problem_from_row(row), task, style_rng))
         for row in warmup_rows
     ]
-    tokenizer = tokenizer_as_verl_loads_it(model_dir, tokenizer_path, train, [text for _, text in examples])
+    # chain: the BPE also learns the solutions' lines (the arithmetic task's answer lines are in its texts already).
+    solutions = [text for _, text in examples] if task == "chain" else []
+    tokenizer = tokenizer_as_verl_loads_it(model_dir, tokenizer_path, train, solutions)
     build_tiny_model(model_dir, tokenizer, spec, examples)
     manifest_path.write_text(json.dumps({"wanted": wanted, "paths": paths}, indent=2))
     return paths
