@@ -35,6 +35,9 @@ def test_verdict_needs_non_overlapping_intervals_and_the_target_ratio():
     assert verdict((0.04, 0.03, 0.05), (0.2, 0.15, 0.25), False, ratio=0.5) == "reproduced"
     assert verdict((0.04, 0.03, 0.05), (0.06, 0.055, 0.065), False, ratio=0.5) == "direction reproduced, target ratio missed"
     assert verdict((math.nan,) * 3, (0.5, 0.4, 0.6), True) == "inconclusive"
+    # One seed per arm: no interval, so no difference counts, whichever way it goes.
+    assert verdict((0.9, 0.9, 0.9), (0.5, 0.5, 0.5), True) == "inconclusive (one seed; in the paper's direction)"
+    assert verdict((0.9, 0.9, 0.9), (0.5, 0.5, 0.5), False) == "inconclusive (one seed; against the paper's direction)"
 
 
 def test_a_run_stops_at_the_first_validation_past_the_budget():

@@ -345,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                 save()
         if args.collect:
             study["command"] = "python bench/learning/ablation.py"  # what trains them all
+            save()
         repeated = (work_dir / f"dapo_s{args.seeds[0]}_repeat" / "stop.json").exists()
         if not args.no_repeat and not (args.collect and not repeated):
             # The first repeat_steps steps again: enough to see whether and where two runs part.
