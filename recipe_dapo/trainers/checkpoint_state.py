@@ -28,20 +28,17 @@ from typing import Callable, Optional
 import torch
 from omegaconf import DictConfig
 
+from recipe_dapo.tracking.checkpoint_folders import (  # noqa: F401  (re-exported: the trainers' checkpoint names)
+    TRACKER_FILE, latest_checkpoint, latest_checkpointed_step, step_folder)
 from recipe_dapo.trainers.checkpoint_guard import folder_bytes, free_bytes as _free_bytes, write_shape
 from recipe_dapo.trainers.checkpoint_guard import _size as _gib
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "dapo_state.pt"
-TRACKER_FILE = "latest_checkpointed_iteration.txt"  # verl's (checkpoint_manager.get_checkpoint_tracker_filename)
 
 # What torch's C++ writer and verl's savers say when a write fails for lack of space (they drop the errno).
 _DISK_FULL_WORDS = ("no space left", "iostream error", "inline_container.cc", "file write failed", "disk quota")
-
-
-def step_folder(checkpoint_dir: str, step: int) -> str:
-    return os.path.join(checkpoint_dir, f"global_step_{step}")
 
 
 def save_recipe_state(config: DictConfig, step: int, state: dict) -> str:
@@ -89,25 +86,6 @@ def resume_line(step: int, pooled_groups: int, stream: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the last good one
-
-
-def latest_checkpointed_step(checkpoint_dir: Optional[str]) -> Optional[int]:
-    """The step verl's tracker file names, when that folder exists; None otherwise (silently: no tracker is normal)."""
-    if not checkpoint_dir:
-        return None
-    try:
-        with open(os.path.join(checkpoint_dir, TRACKER_FILE)) as stream:
-            step = int(stream.read().strip())
-    except (OSError, ValueError):
-        return None
-    return step if os.path.isdir(step_folder(checkpoint_dir, step)) else None
-
-
-def latest_checkpoint(checkpoint_dir: Optional[str]) -> Optional[str]:
-    """The ``global_step_*`` folder verl resumes from (its tracker file), or None. Unlike verl's
-    ``find_latest_ckpt_path`` it prints nothing when there is no checkpoint yet."""
-    step = latest_checkpointed_step(checkpoint_dir)
-    return None if step is None else step_folder(checkpoint_dir, step)
 
 
 def checkpoint_exists(checkpoint_dir: Optional[str], step: int) -> bool:
