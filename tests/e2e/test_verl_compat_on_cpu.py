@@ -85,5 +85,5 @@ def test_the_tests_that_touch_verls_api_pass_on_verl_090(overlay_python):
     assert passed >= len(selected), summary
     # The only skips allowed: compat sites declared as used from a later verl than this one (-rs names each).
     skips = [line for line in output.splitlines() if line.startswith("SKIPPED")]
-    assert len(skips) == int((re.search(r"(\d+) skipped", summary) or [0, 0])[1]), output[-3000:]
+    assert bool(skips) == ("skipped" in summary), output[-3000:]
     assert all(re.search(r"is used from \S+ 0\.9\.[1-9]", line) for line in skips), "\n".join(skips)
