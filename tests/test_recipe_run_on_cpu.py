@@ -16,9 +16,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import compose_recipe_config
+from recipe_dapo.dynamic_sampling.config import SAMPLER_SETTINGS, sampler_config, sampler_settings
+from recipe_dapo.preflight.sampling import rule_dynamic_sampling
 from recipe_dapo.trainers import recipe_run
-from recipe_dapo.trainers.recipe_run import SAMPLER_SETTINGS, HoldsRecipeRun, RecipeRun, sampler_config, \
-    sampler_settings
+from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ADAPTER_MODULES = {
@@ -129,6 +130,20 @@ def test_both_trainers_build_the_sampler_from_the_same_settings():
     classic, v1 = sampler_config(sampler_settings(config)), sampler_config(kwargs)
     assert classic == v1
     assert classic.seed == 7 and classic.skip_seed == 7  # data.seed reaches the prompt-skip draws on both
+
+
+def test_one_builder_makes_the_sampler_config_for_the_trainers_and_the_start_up_rules():
+    package = Path(recipe_run.__file__).resolve().parents[1]
+    builders = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                      if "DynamicSamplingConfig.from_config(" in path.read_text())
+    assert builders == ["dynamic_sampling/config.py"]
+    # The start-up rule sees what the trainers would build, data.seed included: a seed the builder refuses is refused.
+    config = compose_recipe_config(["data.seed=7"])
+    assert list(rule_dynamic_sampling(config, None)) == []
+    config.data.seed = "seven"
+    with pytest.raises(ValueError):
+        sampler_config(sampler_settings(config))
+    assert list(rule_dynamic_sampling(config, None)) != []
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints

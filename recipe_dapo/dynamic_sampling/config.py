@@ -8,6 +8,8 @@ Two places in the run config feed it:
 - the recipe's ``dapo.dynamic_sampling.*`` (the fields below from ``round_sizing`` on).
 
 ``data.train_batch_size`` and ``data.gen_batch_size`` (null: ``train_batch_size``) come in as arguments.
+:func:`sampler_settings` reads all of them (and ``data.seed``) from a run config and :func:`sampler_config` builds
+the config from them: the one place every user of the sampler (both trainers, the start-up rules) gets it.
 """
 
 from __future__ import annotations
@@ -363,6 +365,46 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
                 "did not qualify, and with the filter off every group qualifies"
             )
         return problems
+
+
+SAMPLER_SETTINGS = ("filter_groups", "dynamic_sampling", "train_batch_size", "gen_batch_size", "seed",
+                    "ppo_mini_batch_size")
+"""The keys of :func:`sampler_settings` and of ``trainer.v1.sampler.sampler_kwargs`` (a test keeps them equal)."""
+
+
+def sampler_settings(run_config: Mapping[str, Any]) -> Dict[str, Any]:
+    """What the dynamic sampler is built from, read from a run config (the v1 trainer gets the same through verl's
+    ``sampler_kwargs``): the filter, the recipe's sampling section, the batch sizes, the seed of the prompt-skip draws
+    (``data.seed``, unless ``dapo.dynamic_sampling.skip.seed`` is set) and the mini-batch a partial batch must fill.
+    A missing level reads as None (the start-up rules read configs that may lack a section)."""
+
+    def at(path: str) -> Any:
+        value: Any = run_config
+        for key in path.split("."):
+            value = value.get(key) if value is not None else None
+        return value
+
+    return {
+        "filter_groups": at("algorithm.filter_groups"),
+        "dynamic_sampling": at("dapo.dynamic_sampling"),
+        "train_batch_size": at("data.train_batch_size"),
+        "gen_batch_size": at("data.gen_batch_size"),
+        "seed": at("data.seed"),
+        "ppo_mini_batch_size": at("actor_rollout_ref.actor.ppo_mini_batch_size"),
+    }
+
+
+def sampler_config(settings: Mapping[str, Any]) -> DynamicSamplingConfig:
+    """The sampler's config from :func:`sampler_settings` (or the v1 trainer's ``sampler_kwargs``, the same keys):
+    the one builder of the classic trainer, the v1 trainer and the start-up rules."""
+    train_batch_size = int(settings["train_batch_size"])
+    return DynamicSamplingConfig.from_config(
+        settings.get("filter_groups"),
+        settings.get("dynamic_sampling"),
+        train_batch_size=train_batch_size,
+        gen_batch_size=int(settings.get("gen_batch_size") or train_batch_size),
+        seed=settings.get("seed"),
+    )
 
 
 def _skip_settings(value: Any) -> SkipSettings:

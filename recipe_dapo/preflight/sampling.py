@@ -17,15 +17,10 @@ TEXT_REWARD_KEYS = ("pred", "verify_error")
 
 
 def rule_dynamic_sampling(config: DictConfig, report: CheckReport) -> Iterable[str]:
-    from recipe_dapo.dynamic_sampling import DynamicSamplingConfig
+    from recipe_dapo.dynamic_sampling.config import sampler_config, sampler_settings
 
     try:
-        DynamicSamplingConfig.from_config(
-            select(config, "algorithm.filter_groups"),
-            select(config, "dapo.dynamic_sampling"),
-            train_batch_size=int(select(config, "data.train_batch_size")),
-            gen_batch_size=select(config, "data.gen_batch_size"),
-        )
+        sampler_config(sampler_settings(config))  # the trainers' own builder, so start-up refuses what they would
     except ValueError as exc:  # DynamicSamplingConfigError lists every problem of the keep rule and skip settings
         yield from getattr(exc, "problems", [str(exc)])
     if not select(config, "algorithm.filter_groups.enable", False):

@@ -3,8 +3,8 @@
 Both trainers (``classic.trainer.RayDAPOTrainer`` on verl's ``RayPPOTrainer``, ``v1.trainer.DAPOTrainerV1*`` on verl's
 v1 trainers) hold one ``RecipeRun`` and are thin adapters of verl's hooks onto it. It owns:
 
-- the sampler's settings, read from the run config (:func:`sampler_settings`, the same keys as the v1 trainer's
-  ``trainer.v1.sampler.sampler_kwargs``) and turned into a ``DynamicSamplingConfig`` (:func:`sampler_config`);
+- the sampler's config, built from the run config by ``dynamic_sampling.config.sampler_config`` (the v1 trainer's
+  replay buffer builds it from ``trainer.v1.sampler.sampler_kwargs`` with the same function);
 - the update guard (``step_metrics.UpdateGuard``: skipped non-finite updates counted, too many stop the run);
 - the pre-emption watch (``preemption.TrainerWatch``) and the signal that stopped the run;
 - the tracker (``tracking.tracker``) and the outcome it prints when a run does not train every step;
@@ -20,11 +20,11 @@ No Ray, verl trainer or vLLM import at module level: the adapters bring those.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from recipe_dapo.dynamic_sampling import DynamicSamplingConfig
+from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig, sampler_config, sampler_settings
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.checkpoint_state import checkpoint_exists, guarded_save, load_recipe_state, resume_line, \
     save_recipe_state
@@ -32,38 +32,6 @@ from recipe_dapo.trainers.preemption import TrainerWatch
 from recipe_dapo.trainers.step_metrics import UpdateGuard
 
 logger = logging.getLogger(__name__)
-
-SAMPLER_SETTINGS = ("filter_groups", "dynamic_sampling", "train_batch_size", "gen_batch_size", "seed",
-                    "ppo_mini_batch_size")
-"""The keys of :func:`sampler_settings` and of ``trainer.v1.sampler.sampler_kwargs`` (a test keeps them equal)."""
-
-
-def sampler_settings(config: DictConfig) -> dict[str, Any]:
-    """What the dynamic sampler is built from, read from a run config (the v1 trainer gets the same through verl's
-    ``sampler_kwargs``): the filter, the recipe's sampling section, the batch sizes, the seed of the prompt-skip draws
-    (``data.seed``, unless ``dapo.dynamic_sampling.skip.seed`` is set) and the mini-batch a partial batch must fill."""
-    data = config.data
-    return {
-        "filter_groups": config.algorithm.filter_groups,
-        "dynamic_sampling": OmegaConf.select(config, "dapo.dynamic_sampling"),
-        "train_batch_size": data.train_batch_size,
-        "gen_batch_size": data.get("gen_batch_size"),
-        "seed": data.get("seed"),
-        "ppo_mini_batch_size": config.actor_rollout_ref.actor.ppo_mini_batch_size,
-    }
-
-
-def sampler_config(settings: Mapping[str, Any]) -> DynamicSamplingConfig:
-    """The sampler's config from :func:`sampler_settings` (or the v1 trainer's ``sampler_kwargs``)."""
-    train_batch_size = int(settings["train_batch_size"])
-    return DynamicSamplingConfig.from_config(
-        settings.get("filter_groups"),
-        settings.get("dynamic_sampling"),
-        train_batch_size=train_batch_size,
-        gen_batch_size=int(settings.get("gen_batch_size") or train_batch_size),
-        seed=settings.get("seed"),
-    )
-
 
 def failed_outcome(step: int, error: BaseException) -> str:
     return f"failed at step {step} ({type(error).__name__})"

@@ -45,7 +45,7 @@ from recipe_dapo.dynamic_sampling import (
     trajectory_metric,
 )
 from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
-from recipe_dapo.trainers.recipe_run import sampler_config
+from recipe_dapo.dynamic_sampling.config import sampler_config
 from recipe_dapo.trainers.step_metrics import scored_round_metrics
 from recipe_dapo.trainers.rollout_health import ERROR_TAG, FATAL_TAG, RolloutDied, StallWatch, fatal_failure_message
 from recipe_dapo.trainers.table import V1_TRAINER_MODES, v1_entry
@@ -235,7 +235,7 @@ class DAPOReplayBuffer(ReplayBuffer):
         # are pooled); colocate_async: they pause with the replicas and resume after the update (partial rollout).
         self.drain = v1_entry(trainer_mode).drains
         kwargs = dict(sampler_kwargs or {})
-        self.config = sampler_config(kwargs)  # the keys of recipe_run.sampler_settings, as the classic trainer's
+        self.config = sampler_config(kwargs)  # the keys of sampler_settings, as the classic trainer's
         self.sampler = DynamicSampler(self.config)
         self.groups = TransferQueueGroups(
             refill_fn,
