@@ -56,9 +56,9 @@ def test_golden_plan_of_a_hand_sized_config():
     assert update.term("actor parameters (fp32, / FSDP 4)") == 202_304
     assert update.term("actor gradients (fp32, / FSDP 4)") == 202_304
     assert update.term("AdamW moments (2 x fp32, / FSDP 4)") == 404_608
-    # At the logits: checkpointed inputs 2 x 2048 x 64 x 2 = 524,288; final norm etc. 2048 x (4x64 + 2x2x64 + 4 +
-    # 2x2x16 + 8) = 1,204,224; logits 2048 x 1000 x 2 = 4,096,000; lm_head 64,000 x 2 = 128,000: 5,952,512.
-    # In a layer's backward: the same 524,288 + 1,204,224, the layer recomputed 2048 x 2,456 B (norms 2 x (4x64 +
+    # At lm_head's backward: checkpointed inputs 2 x 2048 x 64 x 2 = 524,288; final norm etc. 2048 x (4x64 + 2x2x64
+    # + 4 + 2x2x16 + 8) = 1,204,224; logits (their gradient in place) 2048 x 1000 x 2 = 4,096,000; lm_head gathered
+    # 64,000 x 2 = 128,000 and its weight's gradient 128,000: 6,080,512. In a layer's backward: the same 524,288 + 1,204,224, the layer recomputed 2048 x 2,456 B (norms 2 x (4x64 +
     # 2x2x64 + 4) = 1,032, attention 2 x (2x64 + 2x32) + 4x4 = 400, MLP 4x2x128 = 1,024) = 5,029,888, an MLP-sized
     # gradient 2048 x 128 x 2 = 524,288, two gathered layers 2 x 37,120 x 2 = 148,480, the layer's fp32 gradient
     # 37,120 x 4 = 148,480 and (4 ranks) the all-gather buffer 37,120 x 2 = 74,240: 7,653,888, the larger moment.
@@ -83,6 +83,31 @@ def test_golden_plan_of_a_hand_sized_config():
     # Without checkpointing every layer keeps its 2,456 B a token: 2 x 2048 x 2,456 saved instead of 524,288.
     no_gc = plan_memory(dataclasses.replace(HAND_LAYOUT, gradient_checkpointing=False), HAND, GIB)
     assert no_gc.phases[2].term("saved activations (2 layers, no checkpointing)") == 2 * 2048 * 2456
+
+
+def test_tied_embedding_peaks_at_the_end_of_the_backward():
+    # The hand model with a tied 4,000-token vocabulary (embedding = lm_head = 4,000 x 64 = 256,000 parameters, bf16
+    # 512,000 B), planned as the CPU runs it (padded batches, one rank) at one sequence of 64 tokens a micro-batch.
+    tied = dataclasses.replace(HAND, vocab=4000, tied=True)
+    layout = dataclasses.replace(HAND_LAYOUT, world=1, fsdp=1, per_node=1, device="cpu", remove_padding=False,
+                                 prompt=16, response=48, update_tokens_budget=64, compiled_entropy=False)
+    update = next(p for p in plan_memory(layout, tied, None).phases if p.name == "actor update")
+    # End of the forward: checkpointed inputs 2 x 64 x 64 x 2 = 16,384, final norm etc. 64 x (4x64 + 2x2x64 + 4 +
+    # 2x2x16 + 16) = 38,656, the logits, their packed copy and its log_softmax outputs 3 x 64 x 4000 x 2 = 1,536,000:
+    # 1,591,040. lm_head's backward: the same 55,040 + the logits' gradient 512,000 + the gathered weight and its
+    # gradient 2 x 512,000: 1,591,040. A layer's backward: 55,040 + the layer recomputed 64 x 2,456 = 157,184 + an
+    # MLP-sized gradient 64 x 128 x 2 = 16,384 + the gathered layer 74,240 + its fp32 gradient 148,480 + the
+    # gathered weight and lm_head's share of its gradient 1,024,000: 1,475,328. The end of the backward: the
+    # gathered weight 512,000 + lm_head's and the embedding's gradients and their sum 3 x 512,000 + the first layer's
+    # fp32 gradient 148,480 = 2,196,480, the largest.
+    states = update.term("actor parameters (fp32, / FSDP 1)") * 2 + update.term("AdamW moments (2 x fp32, / FSDP 1)")
+    assert update.peak - states == 2_196_480
+    assert update.term("tied embedding's gradient: lm_head's, the embedding's and their sum (3 x bf16)") == 1_536_000
+    assert update.term("gathered embedding/lm_head (bf16)") == 512_000
+    # Untied, the same model has no such moment: lm_head's gradient is reduce-scattered at once.
+    untied = next(p for p in plan_memory(layout, dataclasses.replace(tied, tied=False), None).phases
+                  if p.name == "actor update")
+    assert not any(t.name.startswith("tied embedding") for t in untied.terms)
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,15 @@ actor, the reference model when a KL term needs one, and a vLLM replica share ev
 4. **Actor update.** Parameters, gradients and AdamW's two moments, all in the parameters' dtype (``model_dtype``,
    fp32: the parameters are the master copy, there is no separate one), sharded over the FSDP group (``fsdp_size`` or
    the whole world). param_offload / optimizer_offload do not lower this phase: ``train_mode`` loads both back
-   (``BaseEngineCtx._context_switch``); only FSDP2's ``offload_policy`` keeps them on the host. On top, at the
-   backward of the logits (the peak of a micro-batch): the activations saved for backward (each decoder layer's input
-   with gradient checkpointing, every layer's saved tensors without), the logits and their gradient, and the
-   gathered ``lm_head`` in the compute dtype (``mixed_precision.param_dtype``, bf16). The optimizer step has its own
-   peak: the states plus AdamW's temporaries. The micro-batch holds ``ppo_max_token_len_per_gpu`` tokens with
-   ``use_dynamic_bsz`` or ``ppo_micro_batch_size_per_gpu`` full-length sequences without (per GPU: / Ulysses SP).
+   (``BaseEngineCtx._context_switch``); only FSDP2's ``offload_policy`` keeps them on the host. On top, the largest
+   of four moments of a micro-batch: the end of the forward (the activations saved for backward: each decoder layer's
+   input with gradient checkpointing, every layer's saved tensors without; and the logits), ``lm_head``'s backward
+   (the logits' gradient, ``lm_head`` gathered again and its weight's gradient in the compute dtype,
+   ``mixed_precision.param_dtype``, bf16), a decoder layer's backward, and with a tied embedding the end of the
+   backward (autograd adds the embedding's gradient to ``lm_head``'s out of place: three ``[vocab, hidden]``
+   gradients at once). The optimizer step has its own peak: the states plus AdamW's temporaries. The micro-batch
+   holds ``ppo_max_token_len_per_gpu`` tokens with ``use_dynamic_bsz`` or ``ppo_micro_batch_size_per_gpu``
+   full-length sequences without (per GPU: / Ulysses SP).
 
 The per-token activation bytes are counted from the tensors autograd saves in transformers' Qwen2 decoder layer under
 FSDP2's bf16 mixed precision (listed in :func:`layer_activation_bytes_per_token`); ``bench/memory_plan_check.py``
@@ -561,22 +564,31 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
         logits = Term(f"logits and their gradient [tokens, vocab] ({logits_dtype})", t_up * m.vocab * b,
                       "flash-attn cross-entropy writes the gradient into the logits: not measured on CPU", True)
     elif lay.remove_padding:
-        logits = Term(f"logits and their gradient [tokens, vocab] (2 x {logits_dtype})", 2 * t_up * m.vocab * b,
-                      "per-row log_softmax outputs and their gradients", True)
+        logits = Term(f"logits and log_softmax outputs [tokens, vocab] (2 x {logits_dtype})", 2 * t_up * m.vocab * b,
+                      "the per-row log_softmax outputs saved for backward", True)
     else:
-        logits = Term(f"logits, packed copy and gradient [tokens, vocab] (3 x {logits_dtype})", 3 * t_up * m.vocab * b,
-                      "padded batches: the model's logits (kept by the nested view), the packed copy's per-row "
-                      "log_softmax outputs, their gradients", True)
-    # the embedding shares lm_head's weight when tied: it sits in the root FSDP unit, gathered the whole pass;
-    # an untied lm_head is gathered again for its backward, at the logits' peak when the gradient is written in place
-    gathered_head = m.tied or flash
-    lm_head = Term(f"gathered {'embedding/lm_head' if m.tied else 'lm_head'} ({logits_dtype})",
-                   m.embed_params * b if gathered_head else 0)
-    at_logits = [saved, around, logits, lm_head]
+        logits = Term(f"logits, packed copy, log_softmax outputs [tokens, vocab] (3 x {logits_dtype})",
+                      3 * t_up * m.vocab * b, "padded batches: the model's logits, their packed copy and its per-row "
+                      "log_softmax outputs saved for backward", True)
+    # Four moments of a micro-batch's forward and backward; the largest decides. verl passes reshard_after_forward
+    # to fully_shard, so the root unit (with a tied embedding: embed_tokens = lm_head) is resharded after the forward
+    # like every other unit, and lm_head's unit is gathered again for its backward.
+    # 1. The end of the forward: the saved activations and every copy of the logits.
+    at_logits = [saved, around, logits]
     if lay.entropy_in_update:
         at_logits.append(_entropy_term(t_up, m, b, lay, no_grad=False))
-    # the other candidate: a decoder layer's backward (recomputed first with checkpointing), its gathered weights
-    # (prefetched: two on GPUs) and its gradient in the compute dtype before the reduce-scatter
+    # 2. lm_head's backward: the logits' gradient (the log_softmax outputs and packed copies are freed by then; the
+    # flash-attn kernel's gradient is the logits themselves), lm_head gathered again and its weight's gradient in the
+    # compute dtype. With a tied embedding autograd holds that gradient until the embedding's arrives (moment 4).
+    lm_head = Term(f"gathered {'embedding/lm_head' if m.tied else 'lm_head'} ({logits_dtype})", m.embed_params * b)
+    head_grad = Term(f"lm_head's weight gradient ({logits_dtype})", m.embed_params * b if lay.lora_rank == 0 else 0,
+                     "the tied embedding's share, held until the embedding's arrives" if m.tied else "")
+    logits_grad = logits if flash or lay.fused_kernels else Term(
+        f"the logits' gradient [tokens, vocab] ({logits_dtype})", t_up * m.vocab * b, per_token=True)
+    at_head = [saved, around, logits_grad, lm_head, head_grad]
+    # 3. A decoder layer's backward (recomputed first with checkpointing), its gathered weights (prefetched: two on
+    # GPUs) and its gradient in reduce_dtype for the reduce-scatter (kept until the next unit's reduce-scatter).
+    layer_grad = Term("a layer's gradient in reduce_dtype for its reduce-scatter (fp32)", m.layer_params * 4)
     in_layer = [saved, around]
     if lay.gradient_checkpointing and not lay.activation_offload:
         in_layer.append(Term("one layer recomputed for backward", t_up * layer_activation_bytes_per_token(m, b),
@@ -585,11 +597,19 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
                       per_token=True),
                  Term(f"gathered layer{'s (current and prefetched)' if gpu else ''} ({logits_dtype})",
                       (2 if gpu else 1) * m.layer_params * b),
-                 Term("a layer's gradient in reduce_dtype for its reduce-scatter (fp32)", m.layer_params * 4)]
+                 layer_grad]
     in_layer += all_gather
+    moments = [at_logits, at_head, in_layer]
     if m.tied:
-        in_layer.append(lm_head)
-    update_terms = states_update + awake_vllm + overhead + _larger(at_logits, in_layer)
+        in_layer += [lm_head, head_grad]
+        # 4. The end of the backward with a tied embedding: the activations are freed, and autograd adds the
+        # embedding's gradient to lm_head's out of place: both and their sum, beside the gathered weight and the
+        # first layer's gradient still waiting for its reduce-scatter.
+        if lay.lora_rank == 0:
+            moments.append([lm_head, Term(f"tied embedding's gradient: lm_head's, the embedding's and their sum "
+                                          f"(3 x {logits_dtype})", 3 * m.embed_params * b,
+                                          "autograd accumulates the two uses out of place"), layer_grad])
+    update_terms = states_update + awake_vllm + overhead + _larger(*moments)
     if lay.no_sync_accumulation and not lay.offload_policy:
         update_terms.append(Term("unsharded fp32 gradients (use_no_sync_for_gradient_accumulation)", trainable * 4))
     update = Phase("actor update", update_terms, tokens=t_up)
