@@ -97,15 +97,21 @@ class Design:
     repeat_steps: int = 4  # the reproducibility check reruns dapo's first seed for this many steps
 
 
-def build_assets(design: Design, out: Path) -> dict[str, str]:
+def model_spec(design: Design):
+    """The tiny model the design warms up (head_dim 32, one key-value head, an MLP twice the width)."""
     from recipe_dapo.cpu import assets as da
 
-    spec = replace(da.TinyModelSpec(), hidden_size=design.hidden_size, num_hidden_layers=design.num_hidden_layers,
+    return replace(da.TinyModelSpec(), hidden_size=design.hidden_size, num_hidden_layers=design.num_hidden_layers,
                    num_attention_heads=design.hidden_size // 32, num_key_value_heads=1,
                    intermediate_size=2 * design.hidden_size, warmup_steps=design.warmup_steps,
                    warmup_lr=design.warmup_lr)
-    return da.build_default_assets(out, None, num_train=design.num_train, num_val=design.num_val, seed=0, spec=spec,
-                                   task="chain", num_warmup=design.num_warmup)
+
+
+def build_assets(design: Design, out: Path) -> dict[str, str]:
+    from recipe_dapo.cpu import assets as da
+
+    return da.build_default_assets(out, None, num_train=design.num_train, num_val=design.num_val, seed=0,
+                                   spec=model_spec(design), task="chain", num_warmup=design.num_warmup)
 
 
 def overrides(arm: str, seed: int, design: Design, assets: dict[str, str], run_dir: Path, steps: int) -> list[str]:
@@ -179,7 +185,7 @@ def train(arm: str, seed: int, design: Design, assets: dict[str, str], work_dir:
     # Ray lowers its workers' priority (niceness 15) by default: on a shared machine the run would then wait behind
     # every other process. The run's workers keep the bench's own priority instead (results do not depend on it).
     env.setdefault("RAY_worker_niceness", "0")
-    logger.info("%s seed %d: training to %d generated tokens -> %s", arm, seed, budget, run_dir)
+    logger.info("%s seed %d: training to %s generated tokens -> %s", arm, seed, f"{budget:.0f}", run_dir)
     start = time.time()
     stop_step, reason = None, "finished"
     with open(run_dir / "train.log", "w") as log:
@@ -274,11 +280,40 @@ def run_record(arm: str, seed: int, run_dir: Path, design: Design) -> dict:
     }
 
 
-def reproducibility(first: Path, second: Path) -> dict:
+def recorded_runs(json_path: Path, design: Design) -> dict[tuple[str, int], dict]:
+    """The run records an earlier invocation wrote to ``json_path`` for this same design, by (arm, seed)."""
+    if not json_path.exists():
+        return {}
+    study = json.loads(json_path.read_text())
+    if study.get("design") != asdict(design):
+        logger.info("%s holds another design: its runs are not reused", json_path)
+        return {}
+    return {(run["arm"], run["seed"]): run for run in study.get("runs", [])}
+
+
+RECORDED_CURVES = {"entropy": "actor/entropy", "train_acc": "reward/acc_mean",
+                   "clipfrac_low": "actor/pg_clipfrac_eps_low", "clipfrac_high": "actor/pg_clipfrac_eps_high"}
+
+
+def record_metrics(record: dict) -> dict[int, dict]:
+    """A run record's per-step curves back as per-step metrics (what a reproducibility check can compare)."""
+    curves = record["curves"]
+    metrics: dict[int, dict] = {}
+    spent = 0.0
+    for i, step in enumerate(curves["step"]):
+        row = metrics.setdefault(step, {})
+        row["dynamic_sampling/generated_tokens"] = curves["generated_tokens"][i] - spent
+        spent = curves["generated_tokens"][i]
+        for curve, key in RECORDED_CURVES.items():
+            if curves[curve][i] is not None:
+                row[key] = curves[curve][i]
+    return metrics
+
+
+def reproducibility(a: dict[int, dict], b: dict[int, dict]) -> dict:
     """Two runs of one arm and seed compared step by step: identical, or where and how much they differ."""
-    a, b = read_metrics(first / "metrics.jsonl"), read_metrics(second / "metrics.jsonl")
     keys = ("dynamic_sampling/generated_tokens", "reward/acc_mean", "actor/entropy", "actor/pg_loss",
-            "actor/grad_norm")
+            "actor/grad_norm", "actor/pg_clipfrac_eps_low", "actor/pg_clipfrac_eps_high")
     common = sorted(set(a) & set(b) - {0})
     first_diff = None
     max_rel = {}
@@ -328,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         study = {"design": asdict(design), "arms": ARMS, "seeds": args.seeds,
                  "command": "python bench/learning/ablation.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
                  "wall_s": 0.0, "repeat": None, "runs": []}
+        # Runs an earlier invocation of this same design recorded, on this machine or another: reused where their run
+        # folder is gone, so the study continues across machines without retraining (--force retrains).
+        recorded = {} if args.force or args.smoke else recorded_runs(json_path, design)
 
         def save() -> None:
             # After every run, so that a study stopped part-way keeps (and reports) every run it finished.
@@ -337,7 +375,13 @@ def main(argv: list[str] | None = None) -> int:
 
         for seed in args.seeds:  # seed-major, so that a stopped study holds whole seeds of every arm
             for arm in args.arms:
-                if args.collect and not (work_dir / f"{arm}_s{seed}" / "stop.json").exists():
+                finished = (work_dir / f"{arm}_s{seed}" / "stop.json").exists()
+                if not finished and (arm, seed) in recorded:
+                    logger.info("%s seed %d: reusing the record in %s", arm, seed, json_path)
+                    study["runs"].append(recorded[arm, seed])
+                    save()
+                    continue
+                if args.collect and not finished:
                     continue
                 run_dir = train(arm, seed, design, assets, work_dir, design.budget_tokens, design.max_steps,
                                 force=args.force)
@@ -351,8 +395,13 @@ def main(argv: list[str] | None = None) -> int:
             # The first repeat_steps steps again: enough to see whether and where two runs part.
             again = train("dapo", args.seeds[0], design, assets, work_dir, float("inf"), design.repeat_steps,
                           force=args.force, name=f"dapo_s{args.seeds[0]}_repeat")
-            study["repeat"] = {"arm": "dapo", "seed": args.seeds[0],
-                               **reproducibility(work_dir / f"dapo_s{args.seeds[0]}", again)}
+            first = work_dir / f"dapo_s{args.seeds[0]}"
+            if (first / "stop.json").exists():
+                compared, where = read_metrics(first / "metrics.jsonl"), "the same machine"
+            else:  # the first run was recorded by an earlier invocation: compare with its recorded curves
+                compared, where = record_metrics(recorded["dapo", args.seeds[0]]), "the recorded run"
+            study["repeat"] = {"arm": "dapo", "seed": args.seeds[0], "against": where,
+                               **reproducibility(compared, read_metrics(again / "metrics.jsonl"))}
             save()
     study = json.loads(json_path.read_text())
     if not args.smoke:

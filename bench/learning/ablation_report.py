@@ -318,15 +318,17 @@ def generated(study: dict, figures: list[str]) -> str:
     design = study["design"]
     repeat = study.get("repeat")
     if repeat:
+        against = {"the recorded run": " (the rerun on another machine, in a later session, against the run recorded "
+                                       "in ablation.json)"}.get(repeat.get("against"), "")
         if repeat["identical"]:
             same = (f"identical: {repeat['steps_compared']} steps of `{repeat['arm']}` seed {repeat['seed']} "
-                    "run twice gave the same figures to the last digit")
+                    f"run twice gave the same figures to the last digit{against}")
         else:
             first = repeat["first_difference"]
             worst = ", ".join(f"`{k}` {v:.2g}" for k, v in repeat["max_relative_difference"].items() if v is not None)
             same = (f"not identical: `{repeat['arm']}` seed {repeat['seed']} run twice first differs at step "
                     f"{first['step']} (`{first['metric']}`); largest relative differences over "
-                    f"{repeat['steps_compared']} common steps: {worst}")
+                    f"{repeat['steps_compared']} common steps: {worst}{against}")
     else:
         same = "not measured in this study (`python bench/learning/ablation.py` reruns the first seed's dapo arm)"
     lines = [BEGIN, "", "Made by:", "", "```bash", study["command"].strip(), "```", "",
