@@ -10,11 +10,11 @@ For each shape (tiny Qwen2 models of a few sizes built from a config, no downloa
 fixed and dynamic micro-batches; 1 and 2 ranks over gloo), every rank builds verl's own FSDP engine
 (``verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead``: FSDP2 with verl's mixed precision, wrap policy,
 optimizer and gradient checkpointing, as the actor worker builds it on ``platform=cpu``) and runs, as the actor worker
-does: one warm-up update (``forward_backward_batch`` + ``optimizer_step``, so that AdamW's moments exist), an
-old-log-prob pass (``forward_backward_batch(forward_only=True)`` with ``calculate_entropy``), then an update whose
-``forward_backward_batch`` (two micro-batches, gradients already accumulated) and ``optimizer_step`` are each tracked
-by torch's ``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``. The plan
-(``recipe_dapo.preflight.memory_plan.plan_memory`` in its CPU mode: no flash-attn kernel, padded batches, no
+does: a warm-up update of one micro-batch (``forward_backward_batch`` + ``optimizer_step``, so that AdamW's moments
+exist), an old-log-prob pass (``forward_backward_batch(forward_only=True)`` with ``calculate_entropy``), then an
+update whose ``forward_backward_batch`` (two micro-batches: the second with the first one's gradients accumulated)
+and ``optimizer_step`` are each tracked by torch's ``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``. The
+plan (``recipe_dapo.preflight.memory_plan.plan_memory`` in its CPU mode: no flash-attn kernel, padded batches, no
 prefetch, single-tensor AdamW) is compared term by term with the tracker's peak snapshot of rank 0:
 
     parameters       <-> Sharded Param            gradients   <-> Sharded Grad
@@ -182,11 +182,11 @@ def measure(model: str, gc: bool, dynamic: bool, rank: int) -> dict:
     seq = PROMPT + RESPONSE
     vocab = MODELS[model][0]
 
-    def batch(entropy: bool) -> TensorDict:
-        ids = torch.randint(3, vocab, (ROWS, seq))
-        data = TensorDict({"input_ids": ids, "attention_mask": torch.ones(ROWS, seq, dtype=torch.long),
-                           "position_ids": torch.arange(seq).expand(ROWS, seq).clone(), "responses": ids[:, PROMPT:],
-                           "response_mask": torch.ones(ROWS, RESPONSE, dtype=torch.long)}, batch_size=[ROWS])
+    def batch(entropy: bool, rows: int = ROWS) -> TensorDict:
+        ids = torch.randint(3, vocab, (rows, seq))
+        data = TensorDict({"input_ids": ids, "attention_mask": torch.ones(rows, seq, dtype=torch.long),
+                           "position_ids": torch.arange(seq).expand(rows, seq).clone(), "responses": ids[:, PROMPT:],
+                           "response_mask": torch.ones(rows, RESPONSE, dtype=torch.long)}, batch_size=[rows])
         data = left_right_2_no_padding(data)
         tu.assign_non_tensor(data, use_remove_padding=False, use_dynamic_bsz=dynamic, micro_batch_size_per_gpu=MICRO,
                              max_token_len_per_gpu=BUDGET, calculate_entropy=entropy, temperature=1.0)
@@ -215,12 +215,15 @@ def measure(model: str, gc: bool, dynamic: bool, rank: int) -> dict:
 
     measured = {}
     with engine.train_mode():
-        engine.forward_backward_batch(batch(False), loss_fn)
+        # a warm-up update of one micro-batch (MICRO rows: one micro-batch, fixed or dynamic), so that AdamW's moments
+        # exist (their size does not depend on tokens)
+        engine.forward_backward_batch(batch(False, MICRO), loss_fn)
         engine.optimizer_step()
         engine.optimizer_zero_grad()
+        # two micro-batches: the tracker only names FSDP's gathered layers right once it has seen them gathered
         measured["old log-prob"] = tracked(lambda: engine.forward_backward_batch(batch(True), loss_fn,
                                                                                    forward_only=True))
-        engine.forward_backward_batch(batch(False), loss_fn)  # gradients accumulated, as from an earlier micro-batch
+        # two micro-batches: the second runs with the first one's gradients accumulated, as in every update
         measured["actor update"] = tracked(lambda: engine.forward_backward_batch(batch(False), loss_fn))
         measured["optimizer step"] = tracked(engine.optimizer_step)
         engine.optimizer_zero_grad()
@@ -284,14 +287,25 @@ def kv_check() -> tuple[int, list[str]]:
 # ------------------------------------------------------------------------------------------------------------- main
 
 
-def run_world(world: int, shapes: list) -> list:
+def start_world(world: int, shapes: list):
+    """Start one process per rank (one process group per rank count; each measures all of its shapes in turn);
+    ``finish_world`` waits for them and reads rank 0's results."""
     import torch.multiprocessing as mp
 
     out = tempfile.mktemp(suffix=".json")
     port = 29500 + (os.getpid() % 1000) + world
-    mp.spawn(worker, args=(world, port, shapes, out), nprocs=world, join=True)
+    return mp.start_processes(worker, args=(world, port, shapes, out), nprocs=world, join=False,
+                              start_method="spawn"), out
+
+
+def finish_world(started) -> list:
+    context, out = started
+    while not context.join():
+        pass
     with open(out) as handle:
-        return json.load(handle)
+        results = json.load(handle)
+    os.unlink(out)
+    return results
 
 
 def main(argv=None) -> int:
@@ -304,9 +318,12 @@ def main(argv=None) -> int:
         model, gc, dyn, world = args.shape.split(",")
         shapes = [(model, gc == "1", dyn == "1", int(world))]
     start = time.time()
-    results = []
-    for world in sorted({s[3] for s in shapes}):  # a fresh process per rank: a process group per world
-        results += run_world(world, [s for s in shapes if s[3] == world])
+    results, kv_match, kv_lines = [], None, []
+    for world in sorted({s[3] for s in shapes}):
+        started = start_world(world, [s for s in shapes if s[3] == world])
+        if kv_match is None:  # vLLM's import and the KV figures, while the first rank count measures
+            kv_match, kv_lines = kv_check()
+        results += finish_world(started)
     worst_term, worst_total, rows = 0.0, 0.0, []
     print(f"{'shape':<38} {'phase':<15} {'term':<12} {'plan KiB':>10} {'torch KiB':>10} {'rel err':>8}")
     for result in results:
@@ -332,7 +349,6 @@ def main(argv=None) -> int:
         for phase, snap in results[0].items():
             if phase != "shape":
                 print(phase, {k: round(v / 1024) for k, v in snap.items() if v})
-    kv_match, kv_lines = kv_check()
     print("KV cache, the plan against vLLM's FullAttentionSpec / _get_kv_cache_bytes_per_block (80 GiB, util 0.7):")
     print("\n".join(kv_lines))
     print(f"{len(results)} shapes in {time.time() - start:.0f} s")
