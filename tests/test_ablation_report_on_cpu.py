@@ -83,3 +83,45 @@ def test_run_records_read_the_metrics_file_and_the_doc_renders_from_them_alone(t
     assert text.startswith(ablation_report.BEGIN) and text.endswith(ablation_report.END)
     assert "| DAPO (all four) | 3 |" in text and "| no dynamic sampling | 3 |" in text
     assert ablation_report.result_line(study).startswith("RESULT runs=6 val_acc_dapo=0.71 ")
+
+
+# ----------------------------------------------------------------------------- the default run is the study's DAPO arm
+
+STUDY_ASSETS = {"train_file": "/in/train.parquet", "val_file": "/in/val.parquet", "model_path": "/in/model"}
+# What only says which run this is and how long it trains: its seeds, steps, validation and save cadence, folders.
+RUN_KEYS = {"trainer.save_freq", "trainer.total_training_steps", "trainer.default_local_dir", "trainer.test_freq",
+            "trainer.experiment_name", "trainer.v1.sampler.sampler_kwargs.seed", "data.seed", "dapo.name.size",
+            "actor_rollout_ref.rollout.trace.experiment_name", "actor_rollout_ref.rollout.seed",
+            "actor_rollout_ref.actor.data_loader_seed", "actor_rollout_ref.actor.checkpoint.load_contents",
+            "actor_rollout_ref.actor.checkpoint.save_contents"}
+
+
+def _differences(a, b, path=""):
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {key for k in set(a) | set(b) for key in _differences(a.get(k), b.get(k), f"{path}.{k}".lstrip("."))}
+    return {path} if a != b else set()
+
+
+def test_the_default_run_trains_the_studys_dapo_arm_on_the_studys_inputs():
+    from omegaconf import OmegaConf
+
+    from conftest import compose_recipe_config
+    from recipe_dapo.cpu.assets import TASK_INPUTS
+
+    design = ablation.Design()
+    chain = TASK_INPUTS["chain"]  # what scripts/run_dapo_cpu.sh builds
+    assert (chain.num_train, chain.num_val, chain.num_warmup) == (design.num_train, design.num_val, design.num_warmup)
+    assert chain.spec == ablation.model_spec(design)
+    study = compose_recipe_config(ablation.overrides("dapo", 0, design, STUDY_ASSETS, Path("/run"), 200))
+    default = compose_recipe_config(["platform=cpu", "size=cpu_chain", "data.train_files=/in/train.parquet",
+                                     "data.val_files=/in/val.parquet", "actor_rollout_ref.model.path=/in/model"])
+    differences = _differences(OmegaConf.to_container(study, resolve=True),
+                               OmegaConf.to_container(default, resolve=True))
+    assert differences <= RUN_KEYS, sorted(differences - RUN_KEYS)
+    # positive control: the study's no-clip-higher arm differs from the default run beyond those keys
+    other = compose_recipe_config(ablation.overrides("no_clip_higher", 0, design, STUDY_ASSETS, Path("/run"), 200))
+    assert _differences(OmegaConf.to_container(other, resolve=True),
+                        OmegaConf.to_container(default, resolve=True)) - RUN_KEYS
+    # the default run validates before training and saves the model it trained, for the evaluation command
+    assert default.trainer.val_before_train and default.trainer.save_freq == default.trainer.total_training_steps
+    assert "hf_model" in default.actor_rollout_ref.actor.checkpoint.save_contents

@@ -229,7 +229,7 @@ def techniques_on(config) -> set[str]:
 
 
 def test_groups_hold_the_expected_choices():
-    assert SIZES == ["cpu_tiny", "paper_32b", "qwen2.5_1.5b_one_node", "qwen2.5_7b_math", "small_one_gpu"]
+    assert SIZES == ["cpu_chain", "cpu_tiny", "paper_32b", "qwen2.5_1.5b_one_node", "qwen2.5_7b_math", "small_one_gpu"]
     assert set(ABLATIONS) == {row[0] for row in TABLE1} | {"no_dynamic_sampling", "no_token_level_loss",
                                                             "no_clip_higher", "no_overlong_shaping"}
     assert SAMPLINGS == ["paper", "recipe"]

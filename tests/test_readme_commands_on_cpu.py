@@ -22,7 +22,7 @@ from conftest import REPO_ROOT, compose_recipe_config
 
 README = (REPO_ROOT / "README.md").read_text()
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "metrics_cpu_run.jsonl"
-CPU_RUN = ["platform=cpu", "size=cpu_tiny"]  # what scripts/run_dapo_cpu.sh puts before the user's overrides
+CPU_RUN = ["platform=cpu", "size=cpu_chain"]  # what scripts/run_dapo_cpu.sh puts before the user's overrides
 
 
 def readme_commands() -> list[str]:
@@ -141,17 +141,18 @@ def test_the_report_command_draws_the_default_run_as_written(tmp_path):
 
 
 def test_the_run_the_readme_evaluates_saves_the_model_the_evaluation_reads():
-    """The Evaluating section's training command saves a checkpoint with its Hugging Face copy, at the last step at
-    least, in the folder its evaluation command reads (`--model runs/dapo_cpu/checkpoints`)."""
+    """The Evaluating section's training command (the default run) saves a checkpoint with its Hugging Face copy at
+    its last step, in the folder its evaluation command reads (`--model runs/dapo_cpu/checkpoints`)."""
+    script = (REPO_ROOT / "scripts" / "run_dapo_cpu.sh").read_text()
+    assert 'SIZE=cpu_chain; fi' in script  # the default run's shape on its built-in inputs
     section = README.split("## Evaluating a trained model", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     train = next(line for line in block.splitlines() if "scripts/run_dapo_cpu.sh" in line)
     argv = words(train)
     config = compose_recipe_config([*CPU_RUN, *argv[argv.index("scripts/run_dapo_cpu.sh") + 1:]])
-    assert config.trainer.save_freq > 0
+    assert config.trainer.save_freq > 0 and config.trainer.total_training_steps % config.trainer.save_freq == 0
     assert "hf_model" in config.actor_rollout_ref.actor.checkpoint.save_contents
     evaluate = words(block.replace("\\\n", " ").split(".venv/bin/python -m recipe_dapo.evaluation.evaluate", 1)[1])
     # scripts/run_dapo_cpu.sh saves under $WORK_DIR/checkpoints, WORK_DIR defaulting to runs/dapo_cpu.
-    script = (REPO_ROOT / "scripts" / "run_dapo_cpu.sh").read_text()
     assert 'trainer.default_local_dir="$WORK_DIR/checkpoints"' in script and "runs/dapo_cpu}" in script
     assert evaluate[evaluate.index("--model") + 1] == "runs/dapo_cpu/checkpoints"

@@ -95,8 +95,10 @@ class MemorySettings:
     checked at start-up."""
 
     gpu_memory_gib: Optional[float] = None
-    """Memory of one GPU in GiB, as torch reports it (79.2 for an 80 GB H100 or A100, 39.4 for 40 GB); null: the plan
-    is printed without headroom and the start-up check is skipped."""
+    """Memory of one GPU in GiB, as torch reports it (79.2 for an 80 GB H100 or A100, 39.4 for 40 GB); the GPU launch
+    scripts set their card's; null: read from this machine's GPU at start-up, and without one the plan is printed
+    without headroom and the start-up check is skipped. This machine's GPU is read in a child process (no CUDA context
+    in the driver); with the knob set, a smaller GPU here is named in one warning line."""
     enforce: bool = True
     """Refuse to start when a phase's planned peak exceeds the GPU, naming the phase, the term and the fix; false: a
     warning instead."""
