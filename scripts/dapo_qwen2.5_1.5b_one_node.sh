@@ -6,8 +6,10 @@
 # Settings:  size=qwen2.5_1.5b_one_node: prompt 1,024 + response 3,072 (512-token buffer), train 128 / generation 384
 #            prompts, G=16, mini-batch 32, vLLM TP 1, no offload; validation on AIME 2024 and MATH-500, 8 samples each.
 #            A 3B model: MODEL_PATH=.../Qwen2.5-3B (32k context: the response length and overlong buffer may grow).
+# Card:      40 GB GPUs: dapo.memory.gpu_memory_gib=39.4 (GiB as torch reports it), so the memory plan
+#            is checked at start-up; on another card pass its figure (the dry run prints the plan).
 # Launch:    bash scripts/dapo_qwen2.5_1.5b_one_node.sh
 # Override:  MODEL_PATH=/models/Qwen2.5-3B bash scripts/dapo_qwen2.5_1.5b_one_node.sh data.max_response_length=8192 \
 #              reward.reward_kwargs.overlong_buffer_cfg.len=2048 trainer.save_freq=50
 # Check:     DRY_RUN=1 bash scripts/dapo_qwen2.5_1.5b_one_node.sh
-exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=qwen2.5_1.5b_one_node "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=qwen2.5_1.5b_one_node dapo.memory.gpu_memory_gib=39.4 "$@"

@@ -8,10 +8,12 @@
 #            weight decay 0.1, grad clip 1.0, eps 0.2/0.28, clip_ratio_c 10, prompt 2,048 + response 20,480 (4,096
 #            overlong buffer, penalty 1.0), temperature 1.0, validation top-p 0.7 x 32 samples, Ulysses SP 8, vLLM TP 4,
 #            FSDP offload; sampling=paper: dynamic sampling exactly as the paper.
+# Card:      80 GB GPUs: dapo.memory.gpu_memory_gib=79.2 (GiB as torch reports it), so the memory plan
+#            is checked at start-up; on another card pass its figure (the dry run prints the plan).
 # Launch:    bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b.sh          # submit to the cluster at RAY_ADDRESS
 #            bash scripts/dapo_qwen2.5_32b.sh                                    # or run the driver here (head node)
 # Override:  DAPO_HOME=/shared/dapo bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b.sh \
 #              trainer.logger='["console","wandb"]' trainer.save_freq=10
 # Check:     DRY_RUN=1 bash scripts/dapo_qwen2.5_32b.sh       (composes and checks the config; no Ray, GPU or model)
 # Every variable and mode: bash scripts/launch_dapo.sh --help
-exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=paper_32b sampling=paper "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=paper_32b sampling=paper dapo.memory.gpu_memory_gib=79.2 "$@"

@@ -4,7 +4,9 @@
 # Assumes:   as scripts/dapo_qwen2.5_32b.sh: 16 nodes x 8 GPUs (80 GB), Qwen2.5-32B in MODELS_DIR, DAPO-Math-17k and
 #            AIME 2024 in DATA_DIR. Same settings except algorithm.filter_groups.enable=false: every group is
 #            trained on, one round of 512 prompts per step (ablation=no_dynamic_sampling).
+# Card:      80 GB GPUs: dapo.memory.gpu_memory_gib=79.2 (GiB as torch reports it), so the memory plan
+#            is checked at start-up; on another card pass its figure (the dry run prints the plan).
 # Launch:    bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b_no_dynamic_sampling.sh
 # Override:  NNODES=8 bash scripts/ray_job_submit.sh scripts/dapo_qwen2.5_32b_no_dynamic_sampling.sh trainer.test_freq=10
 # Check:     DRY_RUN=1 bash scripts/dapo_qwen2.5_32b_no_dynamic_sampling.sh
-exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=paper_32b ablation=no_dynamic_sampling sampling=paper "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=paper_32b ablation=no_dynamic_sampling sampling=paper dapo.memory.gpu_memory_gib=79.2 "$@"

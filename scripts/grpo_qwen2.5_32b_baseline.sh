@@ -5,8 +5,10 @@
 #            AIME 2024 in DATA_DIR. Same sizes and optimiser; symmetric clip 0.2/0.2, sample-level loss
 #            (seq-mean-token-mean), no overlong shaping or filtering, no dynamic sampling, no KL (ablation=grpo_baseline).
 #            Table 1's other rows are ablation=table1_* choices: see docs/launching.md.
+# Card:      80 GB GPUs: dapo.memory.gpu_memory_gib=79.2 (GiB as torch reports it), so the memory plan
+#            is checked at start-up; on another card pass its figure (the dry run prints the plan).
 # Launch:    bash scripts/ray_job_submit.sh scripts/grpo_qwen2.5_32b_baseline.sh
 # Override:  bash scripts/ray_job_submit.sh scripts/grpo_qwen2.5_32b_baseline.sh \
 #              actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_coef=0.001
 # Check:     DRY_RUN=1 bash scripts/grpo_qwen2.5_32b_baseline.sh
-exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=paper_32b ablation=grpo_baseline "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=paper_32b ablation=grpo_baseline dapo.memory.gpu_memory_gib=79.2 "$@"

@@ -25,6 +25,8 @@ from omegaconf import OmegaConf
 
 from recipe_dapo.dry_run import compose, dry_run
 from recipe_dapo.preflight import DAPOConfigError
+from recipe_dapo.preflight.memory_plan import GPU_MISSING
+from recipe_dapo.preflight.memory_rule import plan_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO_ROOT / "scripts"
@@ -55,6 +57,12 @@ LAUNCH_SCRIPTS = (
     "dapo_small_one_gpu.sh",
     "run_dapo_cpu.sh",
 )
+# The GPU launch scripts and the card each is written for: dapo.memory.gpu_memory_gib, GiB as torch reports it.
+CARDS = {
+    "dapo_qwen2.5_32b.sh": 79.2, "dapo_qwen2.5_32b_no_dynamic_sampling.sh": 79.2,
+    "dapo_qwen2.5_32b_no_token_loss_no_dynamic_sampling.sh": 79.2, "grpo_qwen2.5_32b_baseline.sh": 79.2,
+    "dapo_qwen2.5_7b_math.sh": 79.2, "dapo_qwen2.5_1.5b_one_node.sh": 39.4, "dapo_small_one_gpu.sh": 23.6,
+}
 # Scripts that do something else.
 HELPER_SCRIPTS = ("prepare_data.sh", "install_cpu.sh", "ray_job_submit.sh", "verl_compat.sh", "wheelhouse.sh")
 
@@ -372,6 +380,25 @@ def test_dry_run_refuses_legacy_reward_keys_that_verl_would_ignore(launch_env):
     overrides = overrides_of("dapo_small_one_gpu.sh", launch_env, "reward_model.reward_manager=dapo")
     with pytest.raises(DAPOConfigError, match=r"reward_model.reward_manager='dapo' .*reward.reward_manager.name"):
         dry_run(compose(overrides))
+
+
+@pytest.mark.parametrize("script", sorted(CARDS))
+def test_gpu_script_states_its_card_so_its_dry_run_prints_the_plan_with_headroom(script, composed):
+    # What the dry run prints after its checks (recipe_dapo.dry_run), for the config the script really composes.
+    lines = plan_lines(composed[script])
+    assert lines[0].endswith(f"; {CARDS[script]} GiB per GPU, dapo.memory.gpu_memory_gib):"), lines
+    phases = lines[2:lines.index(next(line for line in lines if line.startswith("  KV cache")))]
+    assert [row.split()[0] for row in phases][:2] == ["rollout", "old"] and len(phases) >= 4, lines
+    assert all(float(row.split()[-1]) > 0 for row in phases), lines  # headroom in GiB on every phase
+    assert not [line for line in lines if line.startswith(("does not fit", "memory plan:"))], lines
+
+
+def test_without_a_card_the_plan_says_so_in_one_line_and_the_cpu_run_is_not_planned(composed):
+    # launch_dapo.sh names no card and this machine has no GPU: the table without headroom, then one line.
+    lines = plan_lines(composed["launch_dapo.sh"])
+    assert "GPU memory unknown" in lines[0] and lines[-1] == GPU_MISSING
+    assert all(row.split()[-1] == "?" for row in lines[2:6]), lines
+    assert plan_lines(composed["run_dapo_cpu.sh"]) == []
 
 
 @pytest.mark.parametrize("script", LAUNCH_SCRIPTS)

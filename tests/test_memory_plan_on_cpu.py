@@ -14,7 +14,8 @@ import pytest
 
 from recipe_dapo.preflight.base import CheckReport
 from recipe_dapo.preflight.memory_plan import (
-    GIB, KNOWN_MODELS, SHIPPED, Layout, ModelFacts, compose_size, plan_for_config, plan_memory, with_shipped_plans,
+    GIB, GPU_KNOB, GPU_MISSING, KNOWN_MODELS, SHIPPED, THIS_GPU, Layout, ModelFacts, compose_size, gpu_bytes_for,
+    plan_for_config, plan_memory, script_overrides, this_gpu_bytes, with_shipped_plans,
 )
 from recipe_dapo.preflight.memory_rule import plan_lines, rule_memory_plan
 
@@ -150,17 +151,33 @@ def test_missing_model_config_is_asked_for_in_one_line(small_one_gpu):
     lines = plan_lines(small_one_gpu("actor_rollout_ref.model.path=/nowhere/MyModel"))
     assert len(lines) == 1
     assert "actor_rollout_ref.model.path=/nowhere/MyModel" in lines[0] and "dapo.memory.model_config=" in lines[0]
-    # and an unknown card: the table without headroom, then the line that says how to give it
-    lines = plan_lines(small_one_gpu())
-    assert lines[-1].startswith("memory plan: the GPU's memory is unknown") and "dapo.memory.gpu_memory_gib" in lines[-1]
 
 
-def test_every_shipped_size_gets_a_plan_that_fits_its_card():
-    for size, _, extra, _, card_gib in SHIPPED:
-        plan = plan_for_config(compose_size(size, [*extra.split(), f"dapo.memory.gpu_memory_gib={card_gib}"]))
-        assert [p.name for p in plan.phases][:2] == ["rollout", "old log-prob"], size
-        assert plan.over_budget() == [], (size, [(p.name, p.peak / GIB) for p in plan.over_budget()])
-        assert 0 < plan.peak_phase.peak <= card_gib * GIB
+def test_every_shipped_gpu_script_names_its_card_and_its_plan_fits_it():
+    for script, card in SHIPPED:
+        overrides = script_overrides(script)
+        assert overrides[0].startswith("size=") and overrides[-1].startswith(f"{GPU_KNOB}="), (script, overrides)
+        plan = plan_for_config(compose_size(None, overrides))
+        assert plan.gpu_source == GPU_KNOB and plan.gpu_bytes == int(float(overrides[-1].split("=")[1]) * GIB)
+        assert [p.name for p in plan.phases][:2] == ["rollout", "old log-prob"], script
+        assert plan.over_budget() == [], (script, [(p.name, p.peak / GIB) for p in plan.over_budget()])
+        assert 0 < plan.peak_phase.peak <= plan.gpu_bytes
+        # a card sold as "80 GB" reports a little under 80 GiB to torch (79.2)
+        assert 0.95 * int(card.split()[0]) * GIB < plan.gpu_bytes < int(card.split()[0]) * GIB, (script, card)
+
+
+def test_without_the_knob_the_card_is_this_machines_gpu_as_torch_reports_it(small_one_gpu):
+    import torch
+
+    config = small_one_gpu()
+    if torch.cuda.is_available():  # read in a child process; the same figure as torch's here
+        expected = torch.cuda.get_device_properties(0).total_memory
+        assert this_gpu_bytes() == expected and gpu_bytes_for(config) == (expected, THIS_GPU)
+        assert plan_for_config(config).table()[0].endswith(f"GiB per GPU, {THIS_GPU}):")
+    else:  # no GPU: the plan has no card and says so in one line
+        assert this_gpu_bytes() is None and gpu_bytes_for(config) == (None, "")
+        assert plan_lines(config)[-1] == GPU_MISSING
+    assert gpu_bytes_for(small_one_gpu(f"{GPU_KNOB}=23.6")) == (int(23.6 * GIB), GPU_KNOB)
 
 
 def test_the_doc_holds_the_generated_plans():

@@ -44,9 +44,12 @@ GPUs (its gradient is written into the logits in place), vLLM's profiled activat
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
+import shlex
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -255,6 +258,8 @@ class MemoryPlan:
     host_terms: list[Term] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     layout: Optional[Layout] = None
+    gpu_source: str = ""
+    """Where ``gpu_bytes`` comes from: ``dapo.memory.gpu_memory_gib`` or this machine's GPU."""
 
     @property
     def peak_phase(self) -> Phase:
@@ -268,7 +273,8 @@ class MemoryPlan:
 
     def table(self) -> list[str]:
         """The short table: phase, peak, largest term, headroom."""
-        card = "GPU memory unknown" if self.gpu_bytes is None else f"{gib(self.gpu_bytes)} GiB per GPU"
+        card = "GPU memory unknown" if self.gpu_bytes is None else f"{gib(self.gpu_bytes)} GiB per GPU" + (
+            f", {self.gpu_source}" if self.gpu_source else "")
         lines = [f"memory plan per GPU ({self.model.name}, {self.model.params / 1e9:.2f} B parameters; {card}):",
                  f"  {'phase':<16} {'peak GiB':>9}  {'largest term':<52} {'headroom GiB':>12}"]
         for phase in self.phases:
@@ -706,55 +712,105 @@ def model_facts_for(config) -> ModelFacts:
         "nor a model the plan knows): set dapo.memory.model_config=/path/to/config.json")
 
 
-def gpu_bytes_for(config) -> Optional[int]:
-    """``dapo.memory.gpu_memory_gib`` in bytes, else None."""
-    value = _sel(config, "dapo.memory.gpu_memory_gib", None)
-    return int(float(value) * GIB) if value else None
+GPU_KNOB = "dapo.memory.gpu_memory_gib"
+THIS_GPU = "read from this machine's GPU 0"
+# Run in a child process, so that the process that plans holds no CUDA context and can still fork.
+_GPU_PROBE = ("import torch\n"
+              "print(torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0)")
 
 
-GPU_MISSING = ("memory plan: the GPU's memory is unknown, so the plan has no headroom and the start-up rule cannot "
-               "check it: set dapo.memory.gpu_memory_gib (79.2 for an 80 GB H100/A100, 39.4 for 40 GB)")
+@functools.lru_cache(maxsize=1)
+def this_gpu_bytes() -> Optional[int]:
+    """The memory of this machine's first visible GPU as torch reports it (``total_memory``); None without one (no
+    NVIDIA or ROCm device node: no child process is started)."""
+    if not any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/kfd")):
+        return None
+    try:
+        probe = subprocess.run([sys.executable, "-c", _GPU_PROBE], capture_output=True, text=True, timeout=300)
+        value = int(probe.stdout.split()[-1]) if probe.returncode == 0 and probe.stdout.split() else 0
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    return value or None
+
+
+def gpu_bytes_for(config) -> tuple[Optional[int], str]:
+    """The memory of one GPU in bytes and where it comes from: ``dapo.memory.gpu_memory_gib`` (the launch scripts set
+    the card they are written for), else this machine's GPU, else ``(None, "")``."""
+    value = _sel(config, GPU_KNOB, None)
+    if value:
+        return int(float(value) * GIB), GPU_KNOB
+    found = this_gpu_bytes()
+    return (found, THIS_GPU) if found else (None, "")
+
+
+def card_mismatch(plan: MemoryPlan) -> Optional[str]:
+    """One line when this machine's GPU has less memory than the card the plan is checked against."""
+    found = this_gpu_bytes() if plan.gpu_source == GPU_KNOB else None
+    if found is None or found >= plan.gpu_bytes:
+        return None
+    return (f"memory plan: this machine's GPU 0 has {gib(found)} GiB, less than the {gib(plan.gpu_bytes)} GiB card the "
+            f"plan is checked against ({GPU_KNOB}); on these GPUs set {GPU_KNOB}={gib(found)}")
+
+
+GPU_MISSING = (f"memory plan: {GPU_KNOB} is unset and this machine has no GPU to read it from, so the plan has no "
+               f"headroom and the start-up rule cannot check it: set {GPU_KNOB} (79.2 for an 80 GB H100/A100, 39.4 "
+               "for 40 GB)")
 
 
 def plan_for_config(config) -> MemoryPlan:
     """The plan of a composed config; :class:`PlanInputMissing` names a missing model config in one line."""
-    return plan_memory(config, model_facts_for(config), gpu_bytes_for(config))
+    gpu_bytes, source = gpu_bytes_for(config)
+    plan = plan_memory(config, model_facts_for(config), gpu_bytes)
+    plan.gpu_source = source
+    return plan
 
 
 # ----------------------------------------------------------------------------------------------------- docs and CLI
 
-# The launch scripts' sizes and the cards they name (docs/launching.md): GiB as torch reports the card.
+# The GPU launch scripts and the cards they are written for (docs/launching.md). Each passes the card's memory as
+# dapo.memory.gpu_memory_gib (GiB as torch reports it), so its plan is checked at start-up; the doc shows each one's
+# plan with what its exec line passes.
 SHIPPED = (
-    ("paper_32b", "scripts/dapo_qwen2.5_32b.sh", "sampling=paper", "80 GB", 79.2),
-    ("qwen2.5_7b_math", "scripts/dapo_qwen2.5_7b_math.sh", "", "80 GB", 79.2),
-    ("qwen2.5_1.5b_one_node", "scripts/dapo_qwen2.5_1.5b_one_node.sh", "", "40 GB", 39.4),
-    ("small_one_gpu", "scripts/dapo_small_one_gpu.sh", "", "24 GB", 23.6),
+    ("scripts/dapo_qwen2.5_32b.sh", "80 GB"),
+    ("scripts/dapo_qwen2.5_7b_math.sh", "80 GB"),
+    ("scripts/dapo_qwen2.5_1.5b_one_node.sh", "40 GB"),
+    ("scripts/dapo_small_one_gpu.sh", "24 GB"),
 )
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def script_overrides(script: str) -> list[str]:
+    """The Hydra overrides a launch script passes to ``launch_dapo.sh`` (its exec line, less the user's ``"$@"``)."""
+    with open(os.path.join(REPO_ROOT, script)) as handle:
+        line = next(text for text in handle if text.startswith("exec ") and 'launch_dapo.sh"' in text)
+    return [word for word in shlex.split(line.split('launch_dapo.sh"', 1)[1]) if word != "$@"]
+
+
 DOC_BEGIN = "<!-- memory-plans:begin (generated by python -m recipe_dapo.preflight.memory_plan --doc; do not edit) -->"
 DOC_END = "<!-- memory-plans:end -->"
 
 
-def compose_size(size: str, overrides: list[str] = ()) -> Any:
-    """The config ``python -m recipe_dapo.main_dapo size=<size> <overrides>`` would train with."""
-    from hydra import compose, initialize_config_module
+def compose_size(size: str | None, overrides: list[str] = ()) -> Any:
+    """The resolved config ``python -m recipe_dapo.main_dapo [size=<size>] <overrides>`` would train with."""
     from omegaconf import OmegaConf
 
-    with initialize_config_module(config_module="recipe_dapo.config", version_base=None):
-        config = compose(config_name="dapo_trainer", overrides=[f"size={size}", *overrides])
+    from recipe_dapo.dry_run import compose
+
+    config = compose([f"size={size}"] * bool(size) + list(overrides))
     return OmegaConf.create(OmegaConf.to_container(config, resolve=True))
 
 
 def shipped_plans() -> str:
-    """The doc's generated part: the plan of every shipped launch script on the card it names."""
+    """The doc's generated part: the plan of every shipped GPU launch script on the card it is written for."""
     out = []
-    for size, script, extra, card, card_gib in SHIPPED:
-        overrides = [o for o in extra.split() if o] + [f"dapo.memory.gpu_memory_gib={card_gib}"]
-        plan = plan_for_config(compose_size(size, overrides))
+    for script, card in SHIPPED:
+        overrides = script_overrides(script)
+        plan = plan_for_config(compose_size(None, overrides))
         peak = plan.peak_phase
         verdict = ("fits" if not plan.over_budget() else
                    "does NOT fit: " + ", ".join(p.name for p in plan.over_budget()))
-        out += [f"### `{script}` (`size={size}`{' ' + extra if extra else ''}) on {card} GPUs ({card_gib} GiB)", "",
-                f"Peak {gib(peak.peak)} GiB in {peak.name}; {verdict}.", "", "```"]
+        out += [f"### `{script}` on {card} GPUs ({gib(plan.gpu_bytes)} GiB)", "",
+                f"It passes `{' '.join(overrides)}`. Peak {gib(peak.peak)} GiB in {peak.name}; {verdict}.", "", "```"]
         out += plan.table()
         out += ["```", "", "<details><summary>every term</summary>", "", "```", *plan.details(), "```", "",
                 "</details>", ""]
@@ -793,8 +849,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(plan.table()))
     if args.details:
         print("\n".join(plan.details()))
-    if plan.gpu_bytes is None:
-        print(GPU_MISSING)
+    for line in (GPU_MISSING if plan.gpu_bytes is None else None, card_mismatch(plan)):
+        if line:
+            print(line)
     return 0
 
 

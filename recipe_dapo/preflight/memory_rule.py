@@ -26,7 +26,7 @@ def rule_memory_plan(config: DictConfig, report: CheckReport) -> Iterable[str]:
     the refusal into a warning."""
     if str(select(config, "trainer.device", "cuda")) == "cpu":
         return []
-    from recipe_dapo.preflight.memory_plan import GPU_MISSING, PlanInputMissing, gib, plan_for_config
+    from recipe_dapo.preflight.memory_plan import GPU_MISSING, PlanInputMissing, card_mismatch, gib, plan_for_config
 
     try:
         plan = plan_for_config(config)
@@ -39,6 +39,9 @@ def rule_memory_plan(config: DictConfig, report: CheckReport) -> Iterable[str]:
     if plan.gpu_bytes is None:
         logger.info("%s", GPU_MISSING)
         return []
+    mismatch = card_mismatch(plan)
+    if mismatch:
+        logger.warning("%s", mismatch)
     problems = [over_budget_message(plan, phase) for phase in plan.over_budget()]
     kv = plan.kv
     if kv is not None and not kv.holds_one_wave:
@@ -59,7 +62,7 @@ def plan_lines(config: DictConfig) -> list[str]:
     """What a dry run prints: the plan's table, or the one line naming the missing input (nothing on CPU)."""
     if str(select(config, "trainer.device", "cuda")) == "cpu":
         return []
-    from recipe_dapo.preflight.memory_plan import GPU_MISSING, PlanInputMissing, plan_for_config
+    from recipe_dapo.preflight.memory_plan import GPU_MISSING, PlanInputMissing, card_mismatch, plan_for_config
 
     try:
         plan = plan_for_config(config)
@@ -70,6 +73,8 @@ def plan_lines(config: DictConfig) -> list[str]:
     lines = plan.table()
     if plan.gpu_bytes is None:
         lines.append(GPU_MISSING)
+    elif card_mismatch(plan):
+        lines.append(card_mismatch(plan))
     for phase in plan.over_budget():
         lines.append(f"does not fit: {phase.name}: fix: {cheapest_fix(plan, phase)}")
     return lines
