@@ -45,11 +45,16 @@ def run(config: DictConfig) -> None:
     hold_run_folder(config)  # one run per checkpoint folder: a second launch is refused naming the first's PID and host
     from verl.trainer.main_ppo import run_ppo
 
+    from recipe_dapo.plugin import PluginNotLoadedError
     from recipe_dapo.trainers.nodes import CheckedOnEveryNode
+    from recipe_dapo.trainers.run_end import summary_when_the_trainer_cannot
 
     # Every Ray node is asked whether `import verl` registers the recipe there, before the task runner starts.
     runner = CheckedOnEveryNode(load(trainer.task_runner), enabled=config.dapo.preflight.check_worker_plugins)
-    with preemption_guard(config):
+    # The trainer's process dies, or the run fails before the trainer printed its summary: the driver prints one
+    # (a refusal is listed by refusals_exit_cleanly instead).
+    refusals = (DAPOConfigError, PluginNotLoadedError)
+    with preemption_guard(config) as guard, summary_when_the_trainer_cannot(config, guard, refusals):
         run_ppo(config, task_runner_class=runner)
 
 

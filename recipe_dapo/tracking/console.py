@@ -243,6 +243,11 @@ class RunConsole:
         for line in self.summary_lines(outcome):
             logger.info(line)
 
+    @property
+    def summary_printed(self) -> bool:
+        """The end-of-run summary was printed (the driver then prints none: ``trainers.run_end``)."""
+        return self._finished
+
 
 def resume_advice(checkpoint: Optional[str], resume_mode: str = "auto", completed: bool = False) -> str:
     """The summary's last line: the command that continues from ``checkpoint`` (verl's ``trainer.resume_mode``)."""

@@ -87,6 +87,12 @@ class DAPOTracking(Tracking):
         if isinstance(console, RunConsole):
             console.finish(outcome if outcome is not None or exit_code == 0 else "failed")
 
+    @property
+    def summary_printed(self) -> bool:
+        """The console printed the end-of-run summary (False without the ``console`` backend)."""
+        console = getattr(self, "logger", {}).get("console")
+        return isinstance(console, RunConsole) and console.summary_printed
+
 
 def open_tracking(config: DictConfig, resumed_step: int, total_steps: Optional[int]) -> DAPOTracking:
     """The trainer's tracker, opened after the checkpoint is loaded (``resumed_step`` is its step, 0 if none)."""

@@ -51,6 +51,7 @@ class RecipeRun:
         self.update_guard = UpdateGuard(config.dapo.health.max_skipped_updates)
         self.preemption = TrainerWatch(None)  # the loop opens the real one (the driver then knows training began)
         self.stopped_by: Optional[str] = None  # the signal's name once the run stopped for pre-emption
+        self.tracker: Any = None  # opened by the trainer's loop (``open_tracker``)
         self._stop_ids: Optional[list[int]] = None
 
     # ------------------------------------------------------------------ the sampler
@@ -88,7 +89,13 @@ class RecipeRun:
         """The run's tracker (``tracking.tracker``), opened after the checkpoint is loaded."""
         from recipe_dapo.tracking.tracker import open_tracking
 
-        return open_tracking(self.config, resumed_step=resumed_step, total_steps=total_steps)
+        self.tracker = open_tracking(self.config, resumed_step=resumed_step, total_steps=total_steps)
+        return self.tracker
+
+    @property
+    def summary_printed(self) -> bool:
+        """The run's tracker printed the end-of-run summary (the task runner tells the driver: ``run_end``)."""
+        return bool(getattr(self.tracker, "summary_printed", False))
 
     # ------------------------------------------------------------------ the rollout's liveness
 

@@ -31,6 +31,15 @@ class DAPOTaskRunner(BaseTaskRunner):
     """verl's task runner with the DAPO trainer; runs as a Ray actor, so it is also our worker-side check."""
 
     def run(self, config: DictConfig) -> None:
+        from recipe_dapo.trainers.run_end import TrainerEnd
+
+        # An error leaving the runner tells the driver whether the trainer printed the end-of-run summary; if not (it
+        # failed before), the driver prints one with the resume line (``trainers.run_end``).
+        with TrainerEnd() as end:
+            self.train(config, end)
+
+    def train(self, config: DictConfig, end) -> None:
+        """Build verl's workers, the datasets and the trainer (``end.trainer``), then train."""
         from verl.utils.config import omega_conf_to_dataclass
         from verl.utils.dataset.rl_dataset import collate_fn
         from verl.workers.config import HFModelConfig
@@ -70,5 +79,6 @@ class DAPOTaskRunner(BaseTaskRunner):
             collate_fn=collate_fn,
             train_sampler=create_rl_sampler(config.data, train_dataset),
         )
+        end.trainer = trainer
         trainer.init_workers()
         trainer.fit()

@@ -20,6 +20,15 @@ class DAPOTaskRunnerV1:
     """Builds the recipe's v1 trainer, verl's agent-loop manager and TransferQueue, then trains."""
 
     def run(self, config: DictConfig) -> None:
+        from recipe_dapo.trainers.run_end import TrainerEnd
+
+        # An error leaving the runner tells the driver whether the trainer printed the end-of-run summary; if not (it
+        # failed before), the driver prints one with the resume line (``trainers.run_end``).
+        with TrainerEnd() as end:
+            self.train(config, end)
+
+    def train(self, config: DictConfig, end) -> None:
+        """Build the trainer (``end.trainer``), the agent-loop manager and TransferQueue, then train."""
         import transfer_queue as tq
 
         from verl.trainer.ppo.v1 import get_trainer_cls
@@ -40,6 +49,7 @@ class DAPOTaskRunnerV1:
         succeeded = False
         try:
             trainer = trainer_cls(config=config)
+            end.trainer = trainer
             trainer.init()
             manager_fqn = config.actor_rollout_ref.rollout.get("agent", {}).get("agent_loop_manager_class")
             # The recipe's manager: verl's, whose failed groups also say why (a dead engine stops the run).
