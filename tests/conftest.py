@@ -138,25 +138,46 @@ def default_assets(tmp_path_factory):
 @pytest.fixture
 def engine_health():
     """A stand-in for vLLM's HTTP server's ``GET /health`` (200 while the engine runs, 503 once it died): ``.address``
-    (host:port) and ``.status``, which the test sets."""
+    (host:port) and ``.status``, which the test sets; ``.answering = False``: requests are accepted and never answered
+    (until it is set back); ``.stop()``: the server closes its port (connections are refused; ``status`` is None)."""
     import http.server
     import threading
     from types import SimpleNamespace
 
-    state = SimpleNamespace(status=200, address="")
+    answer, closed = threading.Event(), threading.Event()
+    answer.set()
 
     class Health(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            while not answer.wait(0.05):
+                if closed.is_set():
+                    return
             self.send_response(state.status if self.path == "/health" else 404)
             self.end_headers()
 
         def log_message(self, *_):
             pass
 
+    class State(SimpleNamespace):
+        @property
+        def answering(self) -> bool:
+            return answer.is_set()
+
+        @answering.setter
+        def answering(self, value: bool) -> None:
+            answer.set() if value else answer.clear()
+
+        def stop(self) -> None:
+            if not closed.is_set():
+                closed.set()
+                server.shutdown()
+                server.server_close()
+            self.status = None
+
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    state.address = f"127.0.0.1:{server.server_address[1]}"
+    state = State(status=200, address=f"127.0.0.1:{server.server_address[1]}")
     try:
         yield state
     finally:
-        server.shutdown()
+        state.stop()

@@ -146,3 +146,60 @@ def test_a_watched_weight_sync_raises_verls_own_error_and_is_wrapped_once(engine
     no_probe = Failing()
     watch_weight_syncs(no_probe, probe, every_s=0)  # dapo.health.rollout_probe_s=0: no probe
     assert "update_weights" not in vars(untouched) and "update_weights" not in vars(no_probe)
+
+
+# ------------------------------------------------------------------ an engine that gives no answer (refused, time-out)
+
+
+def test_an_engine_whose_port_is_closed_counts_dead_after_the_bound_and_is_named(engine_health):
+    """The weight sync waits on an engine whose HTTP server is gone: every health check is refused. The first two are
+    logged; the third in a row (``dapo.health.max_unanswered_health_checks=3``) ends the sync naming the address."""
+    import time
+
+    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+
+    manager = SyncIntoTheEngine(engine_health)
+    probe = RolloutLiveness([], [], [engine_health.address], timeout_s=2, max_unanswered=3)
+    watch_weight_syncs(manager, probe, every_s=0.1)
+    manager.update_weights(1)  # alive
+    engine_health.stop()
+    began = time.monotonic()
+    address = engine_health.address.replace(".", r"\.")
+    with pytest.raises(RolloutDied, match=rf"engine of rollout replica 0 \({address}\) is dead: 3 health checks in a "
+                                          rf"row got no answer \(http://{address}/health: connection refused, "
+                                          r"connection refused, connection refused; dapo\.health\."
+                                          r"max_unanswered_health_checks=3\) \(during the weight sync"):
+        manager.update_weights(2)
+    assert 0.3 <= time.monotonic() - began < 2.0  # three probes 0.1 s apart, not the first
+
+
+def test_an_engine_that_never_answers_counts_dead_after_the_bound_and_one_answer_starts_the_count_again(
+        engine_health):
+    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness
+
+    probe = RolloutLiveness([], [], [engine_health.address], timeout_s=0.2, max_unanswered=3)
+    engine_health.answering = False  # connections accepted, nothing ever answered
+    probe()
+    probe()
+    engine_health.answering = True  # one answer: the engine is alive after all
+    probe()
+    engine_health.answering = False
+    probe()
+    probe()  # two in a row since the answer: not yet
+    with pytest.raises(RolloutDied, match=r"is dead: 3 health checks in a row got no answer \(http://.*/health: "
+                                          r"no answer within 0\.2 s, no answer within 0\.2 s, no answer within 0\.2 s"):
+        probe()
+
+
+def test_a_healthy_engine_is_never_counted_dead_and_zero_turns_the_count_off(engine_health):
+    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness
+
+    healthy = RolloutLiveness([], [], [engine_health.address], timeout_s=2, max_unanswered=1)
+    for _ in range(20):
+        healthy()
+    assert healthy.unanswered == {}
+    never = RolloutLiveness([], [], [engine_health.address], timeout_s=2, max_unanswered=0)
+    engine_health.stop()
+    for _ in range(5):
+        never()  # refused five times: logged only
+    assert never.unanswered[engine_health.address] == ["connection refused"] * 5

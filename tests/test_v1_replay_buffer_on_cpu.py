@@ -390,8 +390,8 @@ def test_a_dead_agent_loop_worker_is_found_by_the_liveness_probe_and_named(trans
 
 
 def test_the_probe_names_a_replica_whose_vllm_engine_fails_its_health_check(engine_health):
-    """vLLM's HTTP server answers ``GET /health`` with 503 once its engine is dead; 200 is alive; a server that cannot
-    be reached is not called dead (it may serve no HTTP)."""
+    """vLLM's HTTP server answers ``GET /health`` with 503 once its engine is dead; 200 is alive; one check that
+    cannot reach the server is not enough to call it dead (``dapo.health.max_unanswered_health_checks`` in a row are)."""
     from recipe_dapo.trainers.rollout_liveness import RolloutLiveness
     from recipe_dapo.trainers.rollout_health import RolloutDied
 
@@ -400,4 +400,4 @@ def test_the_probe_names_a_replica_whose_vllm_engine_fails_its_health_check(engi
     engine_health.status = 503
     with pytest.raises(RolloutDied, match=r"engine of rollout replica 0 \(127\.0\.0\.1:\d+\) is dead: .*HTTP 503"):
         RolloutLiveness([], [], [live], timeout_s=5)()
-    RolloutLiveness([], [], [unreachable], timeout_s=5)()  # no answer proves nothing: the actor check finds a dead server
+    RolloutLiveness([], [], [unreachable], timeout_s=5)()  # one unanswered check: logged, counted, not yet dead

@@ -50,6 +50,11 @@ class HealthSettings:
     group has come back for this many seconds: check that the agent-loop workers, the rollout servers and their vLLM
     engines are alive (again every as many seconds while it lasts); a dead one stops the run, naming it. A group
     failing with a dead engine's error stops it at once, whatever this is. 0: no probe."""
+    max_unanswered_health_checks: int = 3
+    """A vLLM engine whose health check (``GET /health``, in the ``rollout_probe_s`` probe) gets no answer this many
+    times in a row (the connection refused, or no answer within 10 s) counts as dead: the run stops, naming the
+    engine's address and what each check saw. An answer starts the count again. 0: never (an unanswered check is only
+    logged)."""
 
 
 @dataclass

@@ -104,7 +104,8 @@ class RecipeRun:
         dead engine never returns. Returns the probe (the v1 trainer's stream runs it too)."""
         from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
 
-        liveness = RolloutLiveness.of(agent_loop_manager, llm_server_manager)
+        liveness = RolloutLiveness.of(agent_loop_manager, llm_server_manager,
+                                      max_unanswered=self.config.dapo.health.max_unanswered_health_checks)
         watch_weight_syncs(checkpoint_manager, liveness, self.rollout_probe_s)
         return liveness
 

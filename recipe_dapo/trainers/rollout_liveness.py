@@ -25,20 +25,27 @@ logger = logging.getLogger(__name__)
 
 class RolloutLiveness:
     """Raises :class:`RolloutDied`, naming what died, when an agent-loop worker or a rollout server's actor is dead
-    or a vLLM engine fails its health check (``GET /health``: 200 while the engine runs, 503 once it died). A probe
-    that times out or cannot connect proves nothing (the actor may be busy) and is only logged."""
+    or a vLLM engine fails its health check (``GET /health``: 200 while the engine runs, 503 once it died). A health
+    check that gets no answer (the connection refused, or nothing within ``timeout_s``) is logged, and counted: the
+    ``max_unanswered``-th in a row for one engine counts it dead (``dapo.health.max_unanswered_health_checks``; 0:
+    never); any answer starts the count again. The same probe object keeps the count across calls."""
 
-    def __init__(self, agent_loop_workers, server_handles, server_addresses, timeout_s: float = 10.0):
+    def __init__(self, agent_loop_workers, server_handles, server_addresses, timeout_s: float = 10.0,
+                 max_unanswered: int = 3):
         self.workers = list(agent_loop_workers or [])
         self.servers = list(server_handles or [])
         self.addresses = list(server_addresses or [])
         self.timeout_s = float(timeout_s)
+        self.max_unanswered = int(max_unanswered)
+        self.unanswered: dict[str, list[str]] = {}  # address -> what each unanswered check in a row saw
 
     @classmethod
-    def of(cls, agent_loop_manager, llm_server_manager, timeout_s: float = 10.0) -> "RolloutLiveness":
+    def of(cls, agent_loop_manager, llm_server_manager, timeout_s: float = 10.0,
+           max_unanswered: int = 3) -> "RolloutLiveness":
         return cls(getattr(agent_loop_manager, "agent_loop_workers", []),
                    getattr(llm_server_manager, "server_handles", []),
-                   getattr(llm_server_manager, "server_addresses", []), timeout_s=timeout_s)
+                   getattr(llm_server_manager, "server_addresses", []), timeout_s=timeout_s,
+                   max_unanswered=max_unanswered)
 
     @property
     def empty(self) -> bool:
@@ -69,20 +76,38 @@ class RolloutLiveness:
                 raise RolloutDied(f"{role} {index} ({actor_label(handle)}) is dead: {summarize_error(error)}") from error
 
     def _engine_problem(self, address: str) -> Optional[str]:
-        """What the engine's health check says is wrong; None when it is healthy or cannot be asked (a server that
-        does not answer may be busy or serve no HTTP: the actor check above catches a dead server)."""
+        """What the engine's health check says is wrong; None when it is healthy, or gave no answer fewer than
+        ``max_unanswered`` times in a row (a busy server may answer the next one)."""
         url = f"http://{address}/health"
         try:
             with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
+                self.unanswered.pop(address, None)
                 return None if response.status == 200 else f"{url} answered HTTP {response.status}"
         except urllib.error.HTTPError as error:
+            self.unanswered.pop(address, None)
             if error.code >= 500:
                 return f"{url} answered HTTP {error.code} (vLLM answers 503 once its engine has died)"
             logger.warning("%s answered HTTP %d; cannot tell whether the engine is alive", url, error.code)
+            return None
         except (urllib.error.URLError, OSError) as error:
-            logger.warning("%s could not be asked (%s); cannot tell whether the engine is alive", url,
-                           getattr(error, "reason", error))
+            seen = self.unanswered.setdefault(address, [])
+            seen.append(self._no_answer(error))
+        if self.max_unanswered > 0 and len(seen) >= self.max_unanswered:
+            return (f"{len(seen)} health checks in a row got no answer ({url}: {', '.join(seen)}; "
+                    f"dapo.health.max_unanswered_health_checks={self.max_unanswered})")
+        bound = f"{len(seen)} of {self.max_unanswered} in a row count it dead" if self.max_unanswered > 0 else \
+            "never counted dead: dapo.health.max_unanswered_health_checks=0"
+        logger.warning("%s gave no answer (%s); %s", url, seen[-1], bound)
         return None
+
+    def _no_answer(self, error: BaseException) -> str:
+        """What an unanswered health check saw, in a few words."""
+        reason = getattr(error, "reason", error)
+        if isinstance(reason, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(reason, TimeoutError):  # socket.timeout: connecting, or waiting for the answer
+            return f"no answer within {self.timeout_s:g} s"
+        return str(reason) or type(reason).__name__
 
 
 def watch_weight_syncs(checkpoint_manager: Any, probe: Optional[Any], every_s: float) -> Callable[[], None]:
