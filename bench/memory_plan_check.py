@@ -1,10 +1,13 @@
 """The memory plan against torch's own accounting of real verl actor passes, on CPU.
 
-    nice -n 10 .venv/bin/python bench/memory_plan_check.py            # 8 shapes: 20 min on a busy 2-core machine
+    nice -n 10 .venv/bin/python bench/memory_plan_check.py            # 8 shapes (timing below)
     nice -n 10 .venv/bin/python bench/memory_plan_check.py --quick    # 3 shapes, 1 rank
     nice -n 10 .venv/bin/python bench/memory_plan_check.py --shape q2k-h256-l4-wide,1,0,2   # one, with raw snapshots
 
-Most of the time is torch's tracker dispatching every operator in Python (verl's per-row log-softmax on CPU).
+How long: 41 s on a quiet 2-core machine, about 6 minutes (353 s) while another benchmark shares its cores. One
+process per rank count measures all of its shapes in turn (one process group each); vLLM's KV figures are computed
+while the first one measures. Most of the rest is torch's tracker dispatching every operator in Python (verl's
+per-row log-softmax on CPU).
 
 For each shape (tiny Qwen2 models of a few sizes built from a config, no download; gradient checkpointing on and off;
 fixed and dynamic micro-batches; 1 and 2 ranks over gloo), every rank builds verl's own FSDP engine

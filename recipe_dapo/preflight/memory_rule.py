@@ -71,10 +71,7 @@ def plan_lines(config: DictConfig) -> list[str]:
     except (TypeError, ValueError, KeyError) as exc:
         return [f"memory plan: not made ({type(exc).__name__}: {exc})"]
     lines = plan.table()
-    if plan.gpu_bytes is None:
-        lines.append(GPU_MISSING)
-    elif card_mismatch(plan):
-        lines.append(card_mismatch(plan))
+    lines += [line for line in (GPU_MISSING if plan.gpu_bytes is None else card_mismatch(plan),) if line]
     for phase in plan.over_budget():
         lines.append(f"does not fit: {phase.name}: fix: {cheapest_fix(plan, phase)}")
     return lines
