@@ -85,3 +85,56 @@ def test_warm_up_tokenizes_exactly_as_the_tokenizer_verl_loads_from_the_model_fo
     # The same BPE, used as the in-memory object train_bpe_tokenizer returns, disagrees: the reload matters.
     in_memory = train_bpe_tokenizer(tmp_path / "bpe", bpe_training_texts(train_file))
     assert in_memory(text)["input_ids"] != verl_ids
+
+
+def _tiny(tmp_path, **spec_fields):
+    """A small chain-task build with the given warm-up settings (seconds, not the default run's minutes)."""
+    from dataclasses import replace
+
+    from recipe_dapo.cpu.assets import TinyModelSpec, build_default_assets
+
+    spec = replace(TinyModelSpec(), warmup_check_every=5, warmup_check_problems=8, warmup_check_max_tokens=8,
+                   **spec_fields)
+    build_default_assets(tmp_path, None, num_train=16, num_val=4, spec=spec, task="chain", num_warmup=64)
+    return json.loads((tmp_path / "manifest.json").read_text())
+
+
+def test_the_warm_up_stops_at_the_first_check_that_reaches_its_sampled_accuracy_target(tmp_path):
+    # A target of 0 is met at the first check; one above 1 never is, so the warm-up runs to its limit and says so.
+    reached = _tiny(tmp_path / "reached", warmup_steps=20, warmup_target_acc=0.0)
+    assert reached["warm_up"]["steps"] == 5 and reached["warm_up"]["sampled_accuracy"] is not None
+    missed = _tiny(tmp_path / "missed", warmup_steps=12, warmup_target_acc=1.01)
+    assert missed["warm_up"]["steps"] == 12 and missed["warm_up"]["sampled_accuracy"] <= 1.0
+    assert len(reached["model_sha256"]) == 64 and reached["model_sha256"] != missed["model_sha256"]
+
+
+def test_sampled_accuracy_scores_what_the_model_writes_with_the_recipes_verifier(tmp_path):
+    # A model trained on nothing answers nothing right; the check itself is the run's measure (T=1, cut at a length).
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from recipe_dapo.cpu.assets import prompt_ids, sampled_accuracy, synthetic_rows
+
+    manifest = _tiny(tmp_path, warmup_steps=0)
+    model_dir = manifest["paths"]["model_path"]
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = synthetic_rows(8, "warmup_check", 0, "chain")
+    assert sampled_accuracy(model, tokenizer, rows, 8, seed=0) == 0.0
+    # positive control: the same check on a "model" that writes each row's worked answer line scores them all right
+    answers = {tuple(prompt_ids(tokenizer, list(r["prompt"]))): r["reward_model"]["ground_truth"] for r in rows}
+
+    class Oracle(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+        def generate(self, input_ids, attention_mask, max_new_tokens, **_):
+            out = []
+            for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+                prompt = tuple(i for i, m in zip(ids, mask) if m)
+                reply = tokenizer(f"Answer: {answers[prompt]}", add_special_tokens=False)["input_ids"]
+                out.append(ids + reply[:max_new_tokens] + [tokenizer.pad_token_id] * (max_new_tokens - len(reply)))
+            return torch.tensor(out)
+
+    assert sampled_accuracy(Oracle(), tokenizer, rows, 8, seed=0) == 1.0

@@ -43,6 +43,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from typing import Optional
 from pathlib import Path
 
 import numpy as np
@@ -79,8 +80,9 @@ class Design:
     num_warmup: int = 4096
     hidden_size: int = 128
     num_hidden_layers: int = 2
-    warmup_steps: int = 1100
+    warmup_steps: int = 2500  # at most: the warm-up stops once sampled accuracy reaches warmup_target_acc
     warmup_lr: float = 3e-3
+    warmup_target_acc: Optional[float] = 0.45
     # the RL run
     max_prompt_length: int = 32
     max_response_length: int = 48
@@ -104,7 +106,7 @@ def model_spec(design: Design):
     return replace(da.TinyModelSpec(), hidden_size=design.hidden_size, num_hidden_layers=design.num_hidden_layers,
                    num_attention_heads=design.hidden_size // 32, num_key_value_heads=1,
                    intermediate_size=2 * design.hidden_size, warmup_steps=design.warmup_steps,
-                   warmup_lr=design.warmup_lr)
+                   warmup_lr=design.warmup_lr, warmup_target_acc=design.warmup_target_acc)
 
 
 def build_assets(design: Design, out: Path) -> dict[str, str]:
@@ -351,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget_tokens:
         design = replace(design, budget_tokens=args.budget_tokens)
     if args.smoke:
-        design = replace(design, warmup_steps=20, num_warmup=256, num_train=64, num_val=16, test_freq=1,
+        design = replace(design, warmup_steps=20, warmup_target_acc=None, num_warmup=256, num_train=64, num_val=16, test_freq=1,
                          max_steps=2, budget_tokens=1 << 40)
         # The GRPO arm: a model warmed up for seconds answers (almost) nothing right, so the dapo arm's dynamic
         # sampling would find no group to keep; the smoke checks the pipeline, not learning.

@@ -25,6 +25,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Optional
 
 from recipe_dapo.data.template import apply_dapo_template, is_dapo_templated, strip_dapo_template
 
@@ -55,6 +56,14 @@ class TinyModelSpec:
     warmup_steps: int = 150
     warmup_batch_size: int = 32
     warmup_lr: float = 3e-3
+    # With a target, the warm-up stops at the first check (every warmup_check_every steps) where responses sampled at
+    # temperature 1 to warmup_check_problems held-out problems, up to warmup_check_max_tokens tokens, are right at
+    # least that often; warmup_steps is then the most it takes. The starting accuracy is measured, not a property of
+    # a step count: over a thousand steps, the CPU's own floating-point kernels take two machines to different models.
+    warmup_target_acc: Optional[float] = None
+    warmup_check_every: int = 100
+    warmup_check_problems: int = 128
+    warmup_check_max_tokens: int = 48
 
 
 CLI_SPEC_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -95,12 +104,12 @@ class TaskInputs:
 TASK_INPUTS = {
     # Quick to build (about 20 s): what the tests train on.
     "arithmetic": TaskInputs(),
-    # The default run's and the learning study's inputs: a model 4x the arithmetic one's width, warmed up long enough
-    # (about 3 minutes on 2 cores, once) to start at about 50% accuracy, on 4,096 problems of its own; 128 validation
-    # problems, so that a validation's mean@4 has a standard error of about 0.02.
+    # The default run's and the learning study's inputs: a model 4x the arithmetic one's width, warmed up on 4,096
+    # problems of its own until it answers 45% of held-out problems right at temperature 1 (a few minutes on 2 cores,
+    # once); 128 validation problems, so that a validation's mean@4 has a standard error of about 0.02.
     "chain": TaskInputs(num_val=128, num_warmup=4096,
                         spec=TinyModelSpec(hidden_size=128, num_attention_heads=4, intermediate_size=256,
-                                           warmup_steps=1100)),
+                                           warmup_steps=2500, warmup_target_acc=0.45)),
 }
 """Each task's inputs as ``python -m recipe_dapo.cpu.assets --task TASK`` builds them (its flags override them)."""
 
@@ -184,18 +193,53 @@ def train_bpe_tokenizer(out_dir: Path, texts: list[str], vocab_size: int = 512):
     return tokenizer
 
 
-def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dict], str]]) -> None:
-    """A few steps of supervised fine-tuning on (chat prompt, worked solution) pairs, loss on the answer only."""
+def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """The token ids of a chat prompt as verl builds them (the chat template, then the assistant turn opened)."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def sampled_accuracy(model, tokenizer, rows: list[dict], max_new_tokens: int, seed: int) -> float:
+    """Share of ``rows`` (verl RL rows) that one response sampled at temperature 1, cut at ``max_new_tokens``, gets
+    right by the recipe's verifier: what the run's first validation (mean@k at temperature 1) will measure."""
+    import torch
+
+    from recipe_dapo.reward.verifier import verify
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    prompts = [prompt_ids(tokenizer, list(row["prompt"])) for row in rows]
+    width = max(len(ids) for ids in prompts)
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(ids)) + ids for ids in prompts], device=device)
+    attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts], device=device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True, temperature=1.0, top_p=1.0,
+                             top_k=0, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                             pad_token_id=tokenizer.pad_token_id)
+    model.train(was_training)
+    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    right = [verify(text, row["reward_model"]["ground_truth"], symbolic_check=False).correct
+             for text, row in zip(texts, rows)]
+    return sum(right) / len(right)
+
+
+def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dict], str]],
+            check_rows: list[dict] = ()) -> dict:
+    """Supervised fine-tuning on (chat prompt, worked solution) pairs, loss on the answer only; with
+    ``spec.warmup_target_acc``, until :func:`sampled_accuracy` on ``check_rows`` reaches it. Returns what it did
+    (steps, last loss, the accuracy last measured)."""
     import torch
 
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     sequences = []
     for messages, solution in examples:
-        prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "input_ids"):
-            prompt_ids = prompt_ids["input_ids"]
         response_ids = tokenizer(solution, add_special_tokens=False)["input_ids"] + [eos]
-        sequences.append((list(prompt_ids), response_ids))
+        sequences.append((prompt_ids(tokenizer, messages), response_ids))
     generator = torch.Generator().manual_seed(spec.seed)
     # On a GPU machine the warm-up of a larger model (e.g. on the Qwen2.5 vocabulary) takes seconds there.
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -203,6 +247,8 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr)
     model.train()
     started, report_every = time.monotonic(), max(spec.warmup_steps // 10, 1)
+    checking = spec.warmup_target_acc is not None and len(check_rows) > 0
+    accuracy = None
     for step in range(1, spec.warmup_steps + 1):
         picks = torch.randint(len(sequences), (spec.warmup_batch_size,), generator=generator).tolist()
         width = max(len(sequences[i][0]) + len(sequences[i][1]) for i in picks)
@@ -210,10 +256,10 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
         labels = torch.full((len(picks), width), -100)
         attention = torch.zeros((len(picks), width), dtype=torch.long)
         for row, i in enumerate(picks):
-            prompt_ids, response_ids = sequences[i]
-            ids = prompt_ids + response_ids
+            prompt, response_ids = sequences[i]
+            ids = prompt + response_ids
             input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, len(prompt_ids) : len(ids)] = torch.tensor(response_ids)
+            labels[row, len(prompt) : len(ids)] = torch.tensor(response_ids)
             attention[row, : len(ids)] = 1
         input_ids, labels, attention = input_ids.to(device), labels.to(device), attention.to(device)
         # Logits only where a label exists: with a 150k-token vocabulary, full-sequence logits dominate.
@@ -225,12 +271,25 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if step % report_every == 0 and step < spec.warmup_steps:  # a long warm-up is not a silent one
+        if checking and step % spec.warmup_check_every == 0:
+            accuracy = sampled_accuracy(model, tokenizer, list(check_rows), spec.warmup_check_max_tokens,
+                                        spec.seed + step)
+            logger.info("inputs: warm-up step %d (at most %d), loss %.3f, sampled accuracy %.2f (target %.2f) (%.0f s)",
+                        step, spec.warmup_steps, loss.item(), accuracy, spec.warmup_target_acc,
+                        time.monotonic() - started)
+            if accuracy >= spec.warmup_target_acc:
+                break
+        elif not checking and step % report_every == 0 and step < spec.warmup_steps:  # not a silent warm-up
             logger.info("inputs: warm-up step %d/%d, loss %.3f (%.0f s)", step, spec.warmup_steps, loss.item(),
                         time.monotonic() - started)
     model.to("cpu").eval()
-    logger.info("inputs: warm-up done, %d steps in %.0f s, last loss %.3f", spec.warmup_steps,
-                time.monotonic() - started, loss.item())
+    if checking and (accuracy is None or accuracy < spec.warmup_target_acc):
+        logger.warning("inputs: the warm-up stopped at its limit of %d steps with sampled accuracy %s, below the "
+                       "target %.2f", spec.warmup_steps, "unmeasured" if accuracy is None else f"{accuracy:.2f}",
+                       spec.warmup_target_acc)
+    logger.info("inputs: warm-up done, %d steps in %.0f s, last loss %.3f", step, time.monotonic() - started,
+                loss.item())
+    return {"steps": step, "loss": round(loss.item(), 4), "sampled_accuracy": accuracy}
 
 
 def bpe_training_texts(train_file: Path, solutions: list[str] = ()) -> list[str]:
@@ -260,7 +319,7 @@ def tokenizer_as_verl_loads_it(model_dir: Path, tokenizer_path: str | None, trai
     return AutoTokenizer.from_pretrained(model_dir)
 
 
-def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec, warmup_examples=()) -> None:
+def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec, warmup_examples=(), check_rows=()) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -280,11 +339,11 @@ def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec, warmup_examp
         torch_dtype="float32",
     )
     model = Qwen2ForCausalLM(config)
-    if spec.warmup_steps > 0:
-        warm_up(model, tokenizer, spec, warmup_examples)
+    warmed = warm_up(model, tokenizer, spec, warmup_examples, check_rows) if spec.warmup_steps > 0 else {"steps": 0}
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     model.generation_config.save_pretrained(out_dir)
+    return warmed
 
 
 def build_default_assets(
@@ -305,7 +364,7 @@ def build_default_assets(
     manifest_path = out / "manifest.json"
     wanted = {
         # Bumped when the build changes, so that folders built by an older version are rebuilt.
-        "builder_version": 3,
+        "builder_version": 4,
         "tokenizer_source": str(Path(tokenizer_path).resolve()) if tokenizer_path else "bpe",
         "task": task,
         "num_train": num_train,
@@ -336,9 +395,18 @@ def build_default_assets(
     # chain: the BPE also learns the solutions' lines (the arithmetic task's answer lines are in its texts already).
     solutions = [text for _, text in examples] if task == "chain" else []
     tokenizer = tokenizer_as_verl_loads_it(model_dir, tokenizer_path, train, solutions)
-    build_tiny_model(model_dir, tokenizer, spec, examples)
-    manifest_path.write_text(json.dumps({"wanted": wanted, "paths": paths}, indent=2))
+    check_rows = synthetic_rows(spec.warmup_check_problems, "warmup_check", seed, task) \
+        if spec.warmup_target_acc is not None else []
+    warmed = build_tiny_model(model_dir, tokenizer, spec, examples, check_rows)
+    manifest_path.write_text(json.dumps({"wanted": wanted, "paths": paths, "warm_up": warmed,
+                                         "model_sha256": file_sha256(model_dir / "model.safetensors")}, indent=2))
     return paths
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def main(argv: list[str] | None = None) -> None:
