@@ -29,6 +29,7 @@ from recipe_dapo.cpu.memory import apply_cpu_kv_cache  # noqa: E402
 from recipe_dapo.preflight import DAPOConfigError, check_config  # noqa: E402
 from recipe_dapo.tracking.noise import attach_log_file, recipe_line  # noqa: E402
 from recipe_dapo.preflight.checkpoints import hold_run_folder  # noqa: E402
+from recipe_dapo.trainers.checkpoint_guard import nothing_left_to_train  # noqa: E402
 from recipe_dapo.trainers.table import load, trainer_for  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,10 @@ def run(config: DictConfig) -> None:
     print(recipe_line("\n".join(report.summary_lines())), flush=True)
     trainer = trainer_for(config)
     print(recipe_line(trainer.log_line()), flush=True)
+    finished = nothing_left_to_train(config)  # a rerun of a finished run: say so instead of starting a cluster
+    if finished:
+        print(recipe_line(finished), flush=True)
+        return
     hold_run_folder(config)  # one run per checkpoint folder: a second launch is refused naming the first's PID and host
     from verl.trainer.main_ppo import run_ppo
 

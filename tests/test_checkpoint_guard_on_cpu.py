@@ -96,6 +96,38 @@ def test_the_start_up_rules_refuse_a_changed_n_before_any_worker_starts(data, tm
         check_config(compose_recipe_config(overrides + ["actor_rollout_ref.rollout.n=4"]))
 
 
+# ----------------------------------------------------------------------------- a rerun of a finished run
+
+
+def test_a_rerun_of_a_finished_run_says_there_is_nothing_to_train_and_how_to_train_further(tmp_path):
+    from recipe_dapo.trainers.checkpoint_guard import nothing_left_to_train
+
+    config = config_for(tmp_path, "trainer.total_training_steps=6")
+    assert nothing_left_to_train(config) is None  # no checkpoint: a fresh start
+    save_checkpoint(config, 3)
+    assert nothing_left_to_train(config) is None  # positive control: steps 4-6 are left
+    folder = save_checkpoint(config, 6)
+    line = nothing_left_to_train(config)
+    assert line.startswith(f"nothing to train: the checkpoint this run resumes from, {folder}, already holds step 6 of "
+                           "trainer.total_training_steps=6")
+    assert "trainer.total_training_steps=12" in line and "trainer.resume_mode=disable" in line
+    assert nothing_left_to_train(config_for(tmp_path, "trainer.total_training_steps=8")) is None
+    assert nothing_left_to_train(config_for(tmp_path, "trainer.total_training_steps=6",
+                                            "trainer.resume_mode=disable")) is None
+
+
+def test_the_driver_ends_a_rerun_with_nothing_to_train_before_any_worker_starts(data, tmp_path):
+    """The real entry point on the real composed config: one line, exit 0, no Ray started (it would take a minute)."""
+    overrides = small_run(data, f"trainer.default_local_dir={tmp_path}", "trainer.total_training_steps=2",
+                          "trainer.save_freq=1")
+    save_checkpoint(OmegaConf.create(OmegaConf.to_container(compose_recipe_config(overrides), resolve=True)), 2)
+    done = subprocess.run([sys.executable, "-m", "recipe_dapo.main_dapo", *overrides], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "RAY_ADDRESS": "", "DAPO_CONSOLE_FILTER": "0"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "nothing to train: the checkpoint this run resumes from" in done.stdout
+    assert "Started a local Ray instance" not in done.stdout + done.stderr
+
+
 # ----------------------------------------------------------------------------- damaged checkpoints
 
 

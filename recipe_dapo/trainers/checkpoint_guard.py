@@ -172,6 +172,20 @@ def resume_folder(config: Any) -> Optional[str]:
     return folder if os.path.isdir(folder) else None
 
 
+def nothing_left_to_train(config: Any) -> Optional[str]:
+    """The line a rerun prints instead of starting workers when the checkpoint it resumes from already holds
+    ``trainer.total_training_steps`` steps (verl would validate, train nothing and end); None when a step is left."""
+    total = _select(config, "trainer.total_training_steps")
+    folder = resume_folder(config)
+    step = step_of(folder) if folder else None
+    if total is None or step is None or step < int(total) or _select(config, "trainer.val_only", False):
+        return None
+    return (f"nothing to train: the checkpoint this run resumes from, {folder}, already holds step {step} of "
+            f"trainer.total_training_steps={int(total)}. To train further, raise it (e.g. "
+            f"trainer.total_training_steps={step + int(total)}); to start afresh, set trainer.resume_mode=disable or "
+            "another trainer.default_local_dir (WORK_DIR for scripts/run_dapo_cpu.sh)")
+
+
 def folder_bytes(folder: str) -> int:
     total = 0
     for root, _, files in os.walk(folder):
