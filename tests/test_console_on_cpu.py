@@ -139,11 +139,34 @@ def test_console_prints_one_short_line_per_step_and_validation_and_a_summary(run
     assert lines[6].startswith("run finished: steps 1-4 in ")
     assert "validation, final (step 4): synthetic_arithmetic: mean@4 0.200 pass@4 0.125 (31 problems)" in summary
     assert "validation, best mean: synthetic_arithmetic 0.300 (step 2)" in summary
+    assert "validation, step 2 -> step 4: synthetic_arithmetic 0.300 -> 0.200 (-0.100)" in summary
     assert f"checkpoint: {run_dir / 'checkpoints' / 'global_step_4'}" in summary
     assert f"metrics file: {tracking.logger['file'].filepath}" in summary
     # 4 x 3000 generated (the sampler's two rounds); 4 x 750 carried loss, counted once (not less the filter's share
     # again: the trainers count after the overlong filter).
     assert "tokens: 12.00k generated, 3.00k trained (25%)" in summary
+
+
+def test_the_summary_says_what_training_changed_from_the_validation_before_it(run_dir):
+    stream = io.StringIO()
+    tracking = DAPOTracking("recipe_dapo", "dapo_cpu", default_backend=["console"], total_steps=2,
+                            checkpoint_dir=str(run_dir / "checkpoints"), console_stream=stream)
+    tracking.log(validation_metrics(0.25), step=0)  # trainer.val_before_train
+    tracking.log(step_metrics(1), step=1)
+    tracking.log({**step_metrics(2), **validation_metrics(0.5)}, step=2)
+    tracking.finish()
+    output = stream.getvalue()
+    assert "validation at step 0 | synthetic_arithmetic: mean@4 0.250" in output
+    assert "  validation, before training -> step 2: synthetic_arithmetic 0.250 -> 0.500 (+0.250)" in output.splitlines()
+
+
+def test_one_validation_gives_no_change_line(run_dir):
+    stream = io.StringIO()
+    tracking = DAPOTracking("recipe_dapo", "dapo_cpu", default_backend=["console"], total_steps=1,
+                            checkpoint_dir=str(run_dir / "checkpoints"), console_stream=stream)
+    tracking.log({**step_metrics(1), **validation_metrics(0.5)}, step=1)
+    tracking.finish()
+    assert "validation, final (step 1)" in stream.getvalue() and " -> " not in stream.getvalue()
 
 
 def test_the_full_metrics_still_go_to_the_metrics_file(run_dir):

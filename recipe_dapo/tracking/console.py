@@ -224,6 +224,9 @@ class RunConsole:
                     best.append(f"{source} {_fmt(value)} (step {at})")
             if best:
                 lines.append("  validation, best mean: " + ", ".join(best))
+            moved = validation_change(self.validations[0], self.validations[-1])
+            if moved:
+                lines.append(moved)
         else:
             lines.append("  validation: none in this process (trainer.test_freq)")
         checkpoint = latest_checkpoint(self.checkpoint_dir)
@@ -247,6 +250,24 @@ class RunConsole:
     def summary_printed(self) -> bool:
         """The end-of-run summary was printed (the driver then prints none: ``trainers.run_end``)."""
         return self._finished
+
+
+def validation_change(first: tuple[int, Mapping[str, Mapping[str, float]]],
+                      last: tuple[int, Mapping[str, Mapping[str, float]]]) -> Optional[str]:
+    """The summary's line of what training changed: each source's mean from the run's first validation (before
+    training when ``trainer.val_before_train``) to its last; None with fewer than two validations."""
+    (first_step, before), (last_step, after) = first, last
+    if first_step == last_step:
+        return None
+    moved = []
+    for source, values in after.items():
+        old, new = _headline_value(before.get(source, {})), _headline_value(values)
+        if old is not None and new is not None:
+            moved.append(f"{source} {_fmt(old)} -> {_fmt(new)} ({new - old:+.3f})")
+    if not moved:
+        return None
+    when = "before training" if first_step == 0 else f"step {first_step}"
+    return f"  validation, {when} -> step {last_step}: " + ", ".join(moved)
 
 
 def resume_advice(checkpoint: Optional[str], resume_mode: str = "auto", completed: bool = False) -> str:
