@@ -1,4 +1,5 @@
-"""Every command the README shows works as written, in the environment its first command makes.
+"""Every command the README shows works as written, in the environment its first command makes (the recipe's
+``python -m`` commands run with the test extra's packages hidden: the default install has none of them).
 
 The commands are read from the README's ``bash`` blocks (continued lines joined, comments dropped). Each is checked
 as far as it can be without training or a GPU: the recipe's ``python -m`` commands parse the README's arguments with
@@ -53,6 +54,54 @@ def module_commands(module: str) -> list[list[str]]:
     return found
 
 
+def modules_only_in_test_extra() -> set[str]:
+    """Top-level modules of the packages only the ``test`` extra brings: absent from the environment the README's first
+    command makes (``bash scripts/install_cpu.sh``: the default requirements and the ``cpu`` extra)."""
+    import importlib.metadata as metadata
+
+    from packaging.requirements import Requirement
+
+    default, test = set(), set()
+    for line in metadata.requires("recipe_dapo"):
+        requirement = Requirement(line)
+        name = requirement.name.lower().replace("_", "-")
+        extra = re.search(r'extra == "([^"]+)"', str(requirement.marker or ""))
+        if extra is None or extra.group(1) == "cpu":
+            default.add(name)
+        elif extra.group(1) == "test":
+            test.add(name)
+    modules = {module for module, dists in metadata.packages_distributions().items()
+               if any(dist.lower().replace("_", "-") in test - default for dist in dists)}
+    assert "pytest" in modules  # the scan found what it is for
+    return modules
+
+
+# `python -m MODULE ARGS` as the default install runs it: the test extra's modules cannot be imported.
+DEFAULT_INSTALL = """
+import importlib.abc, runpy, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(f"No module named {name!r} (not in the default install)")
+sys.meta_path.insert(0, Absent())
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def default_install_python(module: str, *args: str) -> list[str]:
+    """The command line of ``python -m module args`` with only what the default install has."""
+    return [sys.executable, "-c", f"HIDDEN = {sorted(modules_only_in_test_extra())!r}\n" + DEFAULT_INSTALL, module, *args]
+
+
+def test_the_default_install_stand_in_hides_the_test_extra():
+    # positive control: a module that imports pytest fails under it, and runs without it
+    hidden = subprocess.run(default_install_python("pytest", "--version"), capture_output=True, text=True, timeout=60)
+    assert hidden.returncode != 0 and "not in the default install" in hidden.stderr
+    shown = subprocess.run([sys.executable, "-m", "pytest", "--version"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0
+
+
 def test_the_readme_shows_the_commands_this_test_checks():
     # The scan itself: without these, the checks below would pass on nothing.
     assert module_commands("recipe_dapo.report") and module_commands("recipe_dapo.evaluation.evaluate")
@@ -86,7 +135,7 @@ def test_the_recipes_commands_answer_help(module):
     assert module in named, module
     if module == "recipe_dapo.preflight.install":
         return  # it checks the installation when run: tests/test_wheelhouse_on_cpu.py runs it
-    completed = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(default_install_python(module, "--help"), capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0 and "usage:" in completed.stdout, completed.stderr
 
 
@@ -133,7 +182,7 @@ def test_the_report_command_draws_the_default_run_as_written(tmp_path):
     run = tmp_path / "runs" / "dapo_cpu" / "recipe_dapo"
     run.mkdir(parents=True)
     shutil.copy(FIXTURE, run / "dapo_cpu.jsonl")  # where scripts/run_dapo_cpu.sh's run writes its metrics
-    completed = subprocess.run([sys.executable, "-m", "recipe_dapo.report", *command], capture_output=True, text=True,
+    completed = subprocess.run(default_install_python("recipe_dapo.report", *command), capture_output=True, text=True,
                                timeout=300, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "runs" / "dapo_cpu" / "run_report.png").stat().st_size > 10_000
