@@ -125,3 +125,27 @@ def test_the_default_run_trains_the_studys_dapo_arm_on_the_studys_inputs():
     # the default run validates before training and saves the model it trained, for the evaluation command
     assert default.trainer.val_before_train and default.trainer.save_freq == default.trainer.total_training_steps
     assert "hf_model" in default.actor_rollout_ref.actor.checkpoint.save_contents
+
+
+def test_recorded_runs_are_reused_only_for_the_same_design_and_model(tmp_path):
+    design = ablation.Design()
+    path = tmp_path / "ablation.json"
+    run = {"arm": "dapo", "seed": 1, "val_acc_end": 0.6}
+    path.write_text(json.dumps({"design": ablation.asdict(design), "model_sha256": "aa", "runs": [run]}))
+    assert ablation.recorded_runs(path, design, "aa") == {("dapo", 1): run}
+    assert ablation.recorded_runs(path, design, "bb") == {}  # the same design warmed up into another model
+    assert ablation.recorded_runs(path, ablation.replace(design, lr=1e-3), "aa") == {}
+    assert ablation.recorded_runs(tmp_path / "absent.json", design, "aa") == {}
+
+
+def test_a_recorded_runs_curves_read_back_as_the_metrics_they_came_from():
+    record = {"curves": {"step": [1, 2], "generated_tokens": [100.0, 250.0], "entropy": [0.5, None],
+                         "train_acc": [0.25, 0.5], "clipfrac_low": [0.01, 0.02], "clipfrac_high": [0.0, 0.001]}}
+    metrics = ablation.record_metrics(record)
+    assert metrics[1]["dynamic_sampling/generated_tokens"] == 100.0 and metrics[2]["dynamic_sampling/generated_tokens"] == 150.0
+    assert metrics[1]["actor/entropy"] == 0.5 and "actor/entropy" not in metrics[2]
+    same = ablation.reproducibility(metrics, ablation.record_metrics(record))
+    assert same["identical"] and same["steps_compared"] == 2
+    changed = ablation.record_metrics({"curves": {**record["curves"], "train_acc": [0.25, 0.75]}})
+    differs = ablation.reproducibility(metrics, changed)
+    assert not differs["identical"] and differs["first_difference"] == {"step": 2, "metric": "reward/acc_mean"}

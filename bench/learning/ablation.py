@@ -282,13 +282,24 @@ def run_record(arm: str, seed: int, run_dir: Path, design: Design) -> dict:
     }
 
 
-def recorded_runs(json_path: Path, design: Design) -> dict[tuple[str, int], dict]:
-    """The run records an earlier invocation wrote to ``json_path`` for this same design, by (arm, seed)."""
+def model_sha256(assets: dict[str, str]) -> str | None:
+    """The warmed-up model's sha256, as the assets' manifest records it."""
+    manifest = Path(assets["model_path"]).parent / "manifest.json"
+    return json.loads(manifest.read_text()).get("model_sha256") if manifest.exists() else None
+
+
+def recorded_runs(json_path: Path, design: Design, model: str | None) -> dict[tuple[str, int], dict]:
+    """The run records an earlier invocation wrote to ``json_path`` for this same design and model, by (arm, seed). The
+    model is compared too: the same design warmed up on another machine is another model (docs/learning/ablation.md)."""
     if not json_path.exists():
         return {}
     study = json.loads(json_path.read_text())
     if study.get("design") != asdict(design):
         logger.info("%s holds another design: its runs are not reused", json_path)
+        return {}
+    if study.get("model_sha256") not in (None, model):
+        logger.info("%s holds runs of another model (sha256 %s, here %s): they are not reused", json_path,
+                    study.get("model_sha256"), model)
         return {}
     return {(run["arm"], run["seed"]): run for run in study.get("runs", [])}
 
@@ -362,12 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     json_path = (work_dir if args.smoke else args.docs_dir) / "ablation.json"
     if not args.summarize_only:
         assets = build_assets(design, work_dir / "assets")
-        study = {"design": asdict(design), "arms": ARMS, "seeds": args.seeds,
+        model = model_sha256(assets)
+        study = {"design": asdict(design), "model_sha256": model, "arms": ARMS, "seeds": args.seeds,
                  "command": "python bench/learning/ablation.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
                  "wall_s": 0.0, "repeat": None, "runs": []}
-        # Runs an earlier invocation of this same design recorded, on this machine or another: reused where their run
-        # folder is gone, so the study continues across machines without retraining (--force retrains).
-        recorded = {} if args.force or args.smoke else recorded_runs(json_path, design)
+        # Runs an earlier invocation of this same design and model recorded: reused where their run folder is gone, so
+        # a study continues in a later session without retraining (--force retrains).
+        recorded = {} if args.force or args.smoke else recorded_runs(json_path, design, model)
 
         def save() -> None:
             # After every run, so that a study stopped part-way keeps (and reports) every run it finished.
