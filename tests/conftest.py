@@ -13,7 +13,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # The e2e suite's shared training runs, defined once for the session here: a session fixture imported into two test
 # modules would be two fixtures, each launching its run (tests/e2e/e2e_runs.py).
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
-from e2e_runs import classic_run, shared_runs, shared_runs_read_by, v1_run, verl_overlay  # noqa: E402,F401
+from e2e_runs import (  # noqa: E402,F401
+    ablation_smoke_run, classic_run, shared_runs, shared_runs_read_by, v1_run, verl_overlay,
+)
 
 
 def pytest_configure(config):

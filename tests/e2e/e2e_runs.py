@@ -53,6 +53,13 @@ SHARED_RUN = (
     "trainer.rollout_data_dir=rollouts",
 )
 TRAINERS = {"classic": ("trainer.use_v1=false", *CLASSIC_SHAPE), "v1": ("trainer.use_v1=true",)}
+# Other multi-minute commands a test only reads the outcome of: queued first, so that they too run while the unit tests
+# do (``<name>_run`` fixtures give the folder and the CompletedProcess).
+COMMANDS = {
+    # The ablation bench end to end, two steps of one arm (tests/e2e/test_ablation_smoke_on_cpu.py).
+    "ablation_smoke": lambda work_dir: [sys.executable, str(REPO_ROOT / "bench" / "learning" / "ablation.py"),
+                                        "--smoke", "--work-dir", str(work_dir / "ablation")],
+}
 
 
 def default_script_env(work_dir: Path, assets: dict, python: str = sys.executable) -> dict:
@@ -201,7 +208,7 @@ def checkpoint_differences(one: Path, other: Path) -> list[str]:
 
 
 class SharedRuns:
-    """The session's shared runs (``classic_run``, ``v1_run``), each launched once, one after the other, in a
+    """The session's shared runs (``classic_run``, ``v1_run``, and the commands of COMMANDS), each launched once, one after the other, in a
     background thread. tests/conftest.py starts the ones the session's tests will read at its first test and runs the
     e2e tests last, so they train while the unit tests run: a launch is mostly start-up, one process at a time, and
     keeps 1.3 of the machine's 2 cores busy on average (a 98 s classic launch, sampled from /proc/stat). A fixture
@@ -212,6 +219,7 @@ class SharedRuns:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shared-run")
         self._runs: dict = {}
         self._launched: list[Launch] = []
+        self._commands: list[subprocess.Popen] = []
 
     def start(self, name: str) -> None:
         if name in self._runs:
@@ -219,15 +227,33 @@ class SharedRuns:
         work_dir = self._tmp_path_factory.mktemp(f"e2e_{name}")
         # The environment and folder of this moment, in the main thread: not those of a unit test that monkeypatches
         # os.environ or changes directory while the run waits for its turn.
+        if name in COMMANDS:
+            self._runs[name] = self._pool.submit(self._command, work_dir, COMMANDS[name](work_dir), dict(os.environ))
+            return
         env, cwd = default_script_env(work_dir, self._assets), os.getcwd()
         self._runs[name] = self._pool.submit(self._launch, work_dir, env, cwd, (*TRAINERS[name], *SHARED_RUN))
 
     def result(self, name: str) -> tuple[Path, str]:
-        """The run's folder and console output, once it ended; fails with the console's tail if the run failed."""
+        """The run's folder and console output, once it ended; fails with the console's tail if the run failed. For a
+        command of COMMANDS: its folder and CompletedProcess, whatever its exit status."""
         self.start(name)
+        if name in COMMANDS:
+            return self._runs[name].result()
         work_dir, output, returncode = self._runs[name].result()
         assert returncode == 0, f"the {name} run failed (exit {returncode}), log tail:\n{output[-6000:]}"
         return work_dir, output
+
+    def _command(self, work_dir: Path, argv: list[str], env: dict, timeout: float = 840):
+        process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)
+        self._commands.append(process)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(process.pid)
+            stdout, stderr = process.communicate()
+            stderr += f"\n[killed after {timeout:.0f} s]\n"
+        return work_dir, subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
     def _launch(self, work_dir: Path, env: dict, cwd: str, overrides: tuple, timeout: float = 840):
         run = Launch(work_dir, self._assets, *overrides, env=env, cwd=cwd)
@@ -248,6 +274,9 @@ class SharedRuns:
         for run in self._launched:
             if run.process.poll() is None:
                 run.kill()
+        for process in self._commands:
+            if process.poll() is None:
+                kill_group(process.pid)
         self._pool.shutdown(wait=True)
 
 
@@ -276,14 +305,20 @@ def v1_run(shared_runs) -> tuple[Path, str]:
     return shared_runs.result("v1")
 
 
+@pytest.fixture(scope="session")
+def ablation_smoke_run(shared_runs) -> tuple[Path, subprocess.CompletedProcess]:
+    return shared_runs.result("ablation_smoke")
+
+
 def shared_runs_read_by(items) -> list[str]:
-    """The shared runs the collected tests read (directly, or as a ``trained_run`` parameter), in launch order."""
+    """The shared runs and commands the collected tests read (directly, or as a ``trained_run`` parameter), in launch
+    order: the commands first (the e2e tests that read them come first), then the trainers' runs."""
     wanted = set()
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        wanted.update(name for name in TRAINERS if f"{name}_run" in item.fixturenames
+        wanted.update(name for name in (*COMMANDS, *TRAINERS) if f"{name}_run" in item.fixturenames
                       or params.get("trained_run") == name)
-    return [name for name in TRAINERS if name in wanted]
+    return [name for name in (*COMMANDS, *TRAINERS) if name in wanted]
 
 
 # The older verl release the recipe supports (setup.py), and pip's messages when it cannot reach the package index to

@@ -9,9 +9,6 @@ consistent with the run's own metrics file.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,15 +16,15 @@ from recipe_dapo.tracking.run_log import read_metrics
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 FIELDS = ("arm", "seed", "steps", "generated_tokens", "val_acc_end", "entropy_end", "truncation_end",
           "informative_share", "clipfrac_low", "clipfrac_high", "wall_s")
 
 
-def test_ablation_smoke_trains_two_steps_and_writes_every_field_the_doc_reads(tmp_path):
-    work = tmp_path / "ablation"
-    done = subprocess.run([sys.executable, "bench/learning/ablation.py", "--smoke", "--work-dir", str(work)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=840)
+def test_ablation_smoke_trains_two_steps_and_writes_every_field_the_doc_reads(ablation_smoke_run):
+    # `python bench/learning/ablation.py --smoke --work-dir DIR`, run in the background while the unit tests ran
+    # (tests/e2e/e2e_runs.py COMMANDS)
+    folder, done = ablation_smoke_run
+    work = folder / "ablation"
     log = work / "grpo_s0" / "train.log"
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
     assert done.stdout.strip().splitlines()[-1].startswith("RESULT runs=1 ")
