@@ -122,7 +122,8 @@ def test_the_driver_ends_a_rerun_with_nothing_to_train_before_any_worker_starts(
                           "trainer.save_freq=1")
     save_checkpoint(OmegaConf.create(OmegaConf.to_container(compose_recipe_config(overrides), resolve=True)), 2)
     done = subprocess.run([sys.executable, "-m", "recipe_dapo.main_dapo", *overrides], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "RAY_ADDRESS": "", "DAPO_CONSOLE_FILTER": "0"})
+                          timeout=300, cwd=tmp_path,  # the run's log file goes under the working folder
+                          env={**os.environ, "RAY_ADDRESS": "", "DAPO_CONSOLE_FILTER": "0"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "nothing to train: the checkpoint this run resumes from" in done.stdout
     assert "Started a local Ray instance" not in done.stdout + done.stderr
