@@ -43,8 +43,8 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Optional
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -364,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget_tokens:
         design = replace(design, budget_tokens=args.budget_tokens)
     if args.smoke:
-        design = replace(design, warmup_steps=20, warmup_target_acc=None, num_warmup=256, num_train=64, num_val=16, test_freq=1,
-                         max_steps=2, budget_tokens=1 << 40)
+        design = replace(design, warmup_steps=20, warmup_target_acc=None, num_warmup=256, num_train=64, num_val=16,
+                         test_freq=1, max_steps=2, budget_tokens=1 << 40)
         # The GRPO arm: a model warmed up for seconds answers (almost) nothing right, so the dapo arm's dynamic
         # sampling would find no group to keep; the smoke checks the pipeline, not learning.
         args.arms, args.seeds, args.no_repeat = ["grpo"], [0], True
