@@ -102,20 +102,29 @@ def test_the_skip_table_compares_the_arms_at_the_baselines_steps_and_at_its_toke
     assert table.index("DAPO (recipe defaults)") < table.index("DAPO + prompt skipping")  # baseline first
 
 
-def test_the_skip_pair_writes_its_own_page_and_figure_and_keeps_the_text_around_the_markers(tmp_path):
+def test_both_pairs_write_their_own_block_into_the_one_learning_doc_and_keep_everything_around_them(tmp_path):
+    # The pairs share one folder: the dapo arm they both compare against is one set of runs.
     for seed in (0, 1):
         synthetic_run(tmp_path / "runs" / f"dapo_s{seed}", 20, 1000)
+        synthetic_run(tmp_path / "runs" / f"grpo_s{seed}", 25, 800)
         synthetic_run(tmp_path / "runs" / f"dapo_skip_s{seed}", 25, 800, skipped_per_step=2)
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "skipping.md").write_text(f"# Findings\n\nWritten by hand.\n\n{summarize.BEGIN}\nold\n{summarize.END}\ntail\n")
-    summarize.write_outputs(tmp_path / "runs", docs, [0, 1], 8, 8, "python bench/learning/run_learning.py --pair skip",
-                            pair=summarize.PAIRS["skip"])
-    text = (docs / "skipping.md").read_text()
-    assert text.startswith("# Findings\n\nWritten by hand.") and text.endswith("tail\n") and "\nold\n" not in text
-    assert "![learning curves](skipping_curves.png)" in text and "mean of 2" in text
-    assert (docs / "skipping_curves.png").stat().st_size > 10_000
-    assert not (docs / "results.md").exists() and not (docs / "learning_curves.png").exists()
+    ablation = "<!-- BEGIN GENERATED (bench/learning/ablation.py) -->\nthe ablation's tables\n" + summarize.END
+    skip, pair = summarize.PAIRS["skip"], summarize.PAIRS["dapo-grpo"]
+    (docs / "ablation.md").write_text(f"# Findings\n\nWritten by hand.\n\n{ablation}\n\nBetween.\n\n"
+                                      f"{skip.begin}\nold\n{summarize.END}\ntail\n")
+    for each in (skip, pair):  # the second pair's block does not exist yet: it is appended
+        summarize.write_outputs(tmp_path / "runs", docs, [0, 1], 8, 8, f"python bench/learning/run_learning.py --pair "
+                                f"{each.name}", pair=each)
+    text = (docs / "ablation.md").read_text()
+    assert text.startswith(f"# Findings\n\nWritten by hand.\n\n{ablation}\n\nBetween.\n\n{skip.begin}")
+    assert "\nold\n" not in text and "\ntail\n" in text and text.rstrip().endswith(summarize.END)
+    assert text.count(skip.begin) == text.count(pair.begin) == 1 and text.count(summarize.END) == 3
+    assert "![learning curves](skipping_curves.png)" in text and "![learning curves](learning_curves.png)" in text
+    assert text.index("DAPO + prompt skipping") < text.index(pair.begin) < text.index("GRPO baseline")
+    assert (docs / "skipping_curves.png").stat().st_size > 10_000 and (docs / "learning_curves.png").exists()
+    assert {p.name for p in docs.glob("*.md")} == {"ablation.md"}
 
 
 def test_the_skipping_arm_trains_until_it_has_generated_the_baselines_tokens(tmp_path, monkeypatch):

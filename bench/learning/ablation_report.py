@@ -352,8 +352,9 @@ def write(study: dict, docs_dir: Path) -> None:
     doc = docs_dir / "ablation.md"
     text = doc.read_text() if doc.exists() else f"# The DAPO ablation in miniature\n\n{BEGIN}\n{END}\n"
     block = generated(study, figures)
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    if BEGIN in text and END in text[text.index(BEGIN):]:
+        start = text.index(BEGIN)  # the doc holds other generated blocks after this one: its own END
+        text = text[:start] + block + text[text.index(END, start) + len(END):]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     doc.write_text(text)

@@ -17,7 +17,7 @@ generated responses. The summary puts generated tokens on the x axis of every cu
 ``dynamic_sampling/generated_tokens`` counts the groups the filter dropped too, see summarize.py) so the arms
 are compared at equal generated tokens at every point, not only at the end.
 
-Defaults (what docs/learning/results.md shows): 48 distinct problems (``--num-facts``), 8 prompts x 8
+Defaults (what docs/learning/ablation.md shows for this task): 48 distinct problems (``--num-facts``), 8 prompts x 8
 responses per step, 4 PPO mini-batches per step (with one, the ratio is always 1 and nothing is clipped),
 lr 1e-4 (at 1e-3 both arms first lost accuracy), responses up to 32 tokens, DAPO 60 steps. Needs matplotlib
 (``pip install 'recipe_dapo[report]'``, part of the ``test`` extra).
@@ -29,8 +29,8 @@ warm-up; each training runs under ``nice -n 19`` in its own folder with its own 
     python bench/learning/run_learning.py --seeds 0 1 --summarize-only
     python bench/learning/run_learning.py --lr 1e-3 --dapo-steps 40 --work-dir runs/learning_lr1e-3
 
-Outputs: runs/learning/<arm>_s<seed>/{metrics.jsonl,train.log}, docs/learning/learning_curves.png,
-docs/learning/results.md.
+Outputs: runs/learning/<arm>_s<seed>/{metrics.jsonl,train.log}, docs/learning/learning_curves.png and the pair's
+block in docs/learning/ablation.md.
 
 ``--pair skip`` compares prompt skipping on against off instead: arms ``dapo`` (the recipe's defaults,
 skipping off) and ``dapo_skip`` (the same plus ``SKIP``), two seeds, at an equal generated-token budget: ``dapo`` runs
@@ -38,10 +38,13 @@ skipping off) and ``dapo_skip`` (the same plus ``SKIP``), two seeds, at an equal
 step). It first runs as many steps as ``dapo``, saving a checkpoint at the end; if its tokens fall short, it resumes
 from that checkpoint for the steps its tokens per step say are missing (constant learning rate, so the extension
 changes nothing else). The summary compares the arms at the baseline's step count (skipping: fewer tokens) and at
-its generated tokens (equal budget): docs/learning/skipping.md and skipping_curves.png. About 40-50 minutes on 2
-cores for two seeds (each arm about 7-10 minutes a seed, plus a restart), plus the one-off warm-up:
+its generated tokens (equal budget): its block in docs/learning/ablation.md and skipping_curves.png. About 40-50
+minutes on 2 cores for two seeds (each arm about 7-10 minutes a seed, plus a restart), plus the one-off warm-up:
 
-    python bench/learning/run_learning.py --pair skip --seeds 0 1 --work-dir runs/learning_skip
+    python bench/learning/run_learning.py --pair skip --seeds 0 1
+
+Both pairs use the same folder (the default ``--work-dir``), so the ``dapo`` runs of the first are the baseline of the
+second: the arm they share is trained once.
 """
 
 from __future__ import annotations

@@ -11,9 +11,11 @@ the validation before training. The curves are drawn by the run report's panels 
     length          response_length/mean (trained batch)
     clip fractions  actor/pg_clipfrac, actor/pg_clipfrac_eps_high (ratio above 1 + eps_high, A > 0)
 
-Two pairs of arms (``PAIRS``): ``dapo-grpo`` (results.md, learning_curves.png) and ``skip``, DAPO with prompt
-skipping against without (skipping.md, skipping_curves.png; its table puts both arms at the baseline's step count and
-at its generated tokens, and adds the keep rate and the skip counts ``dynamic_sampling/skip/*``).
+Two pairs of arms (``PAIRS``): ``dapo-grpo`` (learning_curves.png) and ``skip``, DAPO with prompt skipping against
+without (skipping_curves.png; its table puts both arms at the baseline's step count and at its generated tokens, and
+adds the keep rate and the skip counts ``dynamic_sampling/skip/*``). Both write their block into the one learning doc,
+docs/learning/ablation.md, each between markers of its own; both read the same folder, so the ``dapo`` arm they share
+is one set of runs.
 
 Generated tokens (the x axis and the budget): ``dynamic_sampling/generated_tokens`` when the run logged it
 (every response token of every round, kept or dropped: exact). Older runs: generated responses x mean
@@ -38,7 +40,7 @@ from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH
 
 COLOURS = {"grpo": "tab:blue", "dapo": "tab:red", "dapo_skip": "tab:green"}
 LABELS = {"grpo": "GRPO baseline", "dapo": "DAPO (recipe defaults)", "dapo_skip": "DAPO + prompt skipping"}
-BEGIN, END = "<!-- BEGIN GENERATED (bench/learning/run_learning.py) -->", "<!-- END GENERATED -->"
+END = "<!-- END GENERATED -->"
 VAL_PATTERNS = (re.compile(r"^val/[^/]+/mean@\d+$"), re.compile(r"^val-core/[^/]+/acc/mean@\d+$"))
 # The panels are the run report's (recipe_dapo.report), drawn against generated tokens; validation shows mean@k only.
 VALIDATION_MEAN = report.Panel(
@@ -51,16 +53,23 @@ class Pair:
     """Two arms compared at an equal generated-token budget, and where their plot and table go."""
 
     arms: tuple[str, str]  # (baseline, treatment); the first arm's generated tokens set the budget
+    name: str  # the bench's --pair
     markdown: str
     figure: str
     title: str
     panels: tuple[report.Panel, ...]
 
+    @property
+    def begin(self) -> str:
+        """The marker that opens this pair's generated block (the doc holds other generated blocks)."""
+        return f"<!-- BEGIN GENERATED (bench/learning/run_learning.py --pair {self.name}) -->"
+
 
 PAIRS = {
     "dapo-grpo": Pair(
         arms=("grpo", "dapo"),
-        markdown="results.md",
+        name="dapo-grpo",
+        markdown="ablation.md",
         figure="learning_curves.png",
         title="DAPO vs GRPO on synthetic one-digit arithmetic, tiny Qwen2 on CPU, equal generated-token budget",
         panels=(
@@ -74,7 +83,8 @@ PAIRS = {
     ),
     "skip": Pair(
         arms=("dapo", "dapo_skip"),
-        markdown="skipping.md",
+        name="skip",
+        markdown="ablation.md",
         figure="skipping_curves.png",
         title="DAPO with and without prompt skipping, tiny Qwen2 on CPU, equal generated-token budget",
         panels=(
@@ -328,7 +338,7 @@ def write_outputs(
     )
     generated = "\n".join(
         [
-            BEGIN,
+            pair.begin,
             f"![learning curves]({pair.figure})",
             "",
             "Made by:",
@@ -349,9 +359,10 @@ def write_outputs(
         ]
     )
     results = Path(docs_dir) / pair.markdown
-    text = results.read_text() if results.exists() else f"# {pair.title}\n\n{BEGIN}\n{END}\n"
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + generated + text[text.index(END) + len(END):]
+    text = results.read_text() if results.exists() else f"# {pair.title}\n\n{pair.begin}\n{END}\n"
+    if pair.begin in text and END in text[text.index(pair.begin):]:
+        start = text.index(pair.begin)
+        text = text[:start] + generated + text[text.index(END, start) + len(END):]
     else:
         text = text.rstrip() + "\n\n" + generated + "\n"
     results.write_text(text)
