@@ -12,7 +12,6 @@ Every other difference is a key added in 0.9.1 (profiler hooks, ``hybrid_rollout
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
@@ -48,18 +47,29 @@ def test_the_installed_verl_has_one_of_the_two_defaults_the_list_records(key):
 
 @pytest.mark.parametrize("key", sorted(CHANGED_DEFAULTS))
 def test_the_recipes_config_pins_every_default_verl_changed(key):
-    """The key is written in the recipe's own YAML (not inherited), and every size and ablation composes to the
-    pinned value."""
+    """The key is written in the recipe's own YAML (not inherited), every size and every ablation composes to the
+    pinned value, and no size or ablation file writes another value (so no pairing of them can: a composed key holds
+    the value of the last file that writes it)."""
     _, _, pinned = CHANGED_DEFAULTS[key]
     own = OmegaConf.create(yaml.safe_load(RECIPE_YAML.read_text()))
     assert OmegaConf.select(own, key, default="<absent>") == pinned, f"{RECIPE_YAML.name} must set {key}={pinned}"
     config_dir = RECIPE_YAML.parent
-    sizes = sorted(path.stem for path in (config_dir / "size").glob("*.yaml"))
-    ablations = sorted(path.stem for path in (config_dir / "ablation").glob("*.yaml"))
-    assert sizes and ablations
-    for size_name, ablation_name in itertools.product(sizes, ablations):
-        config = compose_recipe_config([f"size={size_name}", f"ablation={ablation_name}"])
-        value = OmegaConf.select(config, key)
-        if key == "algorithm.filter_groups.metric" and not config.algorithm.filter_groups.enable:
-            continue  # an ablation without dynamic sampling may leave the metric unused
-        assert value == pinned, f"size={size_name} ablation={ablation_name}: {key}={value}, expected {pinned}"
+    options = {group: sorted(path for path in (config_dir / group).glob("*.yaml")) for group in ("size", "ablation")}
+    assert options["size"] and options["ablation"]
+    for group, paths in options.items():
+        for path in paths:
+            written = OmegaConf.select(OmegaConf.create(yaml.safe_load(path.read_text()) or {}), key, default="<absent>")
+            assert written in ("<absent>", pinned), f"{group}/{path.name} writes {key}={written}, expected {pinned}"
+            config = compose_recipe_config([f"{group}={path.stem}"])
+            value = OmegaConf.select(config, key)
+            if key == "algorithm.filter_groups.metric" and not config.algorithm.filter_groups.enable:
+                continue  # an ablation without dynamic sampling may leave the metric unused
+            assert value == pinned, f"{group}={path.stem}: {key}={value}, expected {pinned}"
+
+
+def test_the_file_scan_sees_a_size_that_writes_another_value(tmp_path):
+    """Positive control of the scan above: a size file that writes the key is read as writing it."""
+    size = tmp_path / "size.yaml"
+    size.write_text("# @package _global_\nalgorithm:\n  filter_groups:\n    metric: reward\n")
+    written = OmegaConf.select(OmegaConf.create(yaml.safe_load(size.read_text())), "algorithm.filter_groups.metric")
+    assert written == "reward"
