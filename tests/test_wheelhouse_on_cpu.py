@@ -5,9 +5,9 @@ The offline install itself is tested by every install: ``scripts/install_cpu.sh`
 wheelhouse, then installs from it with uv's (or, without uv, pip's) ``--no-index``, no configuration and a dead
 proxy, and runs the installation check; it leaves ``<venv>/recipe_dapo_wheelhouse.json``. ``test_this_environment_was_installed_offline_from_its_wheelhouse``
 reads that record for the environment running the tests (CI's, freshly installed) and compares it with what is
-installed. The rest is fast: the sdist fallback of the download on a real pip with a local folder as its only
-index, the command line's refusals, and the pure helpers. Wall time: about 25 s on the 2-core machine (60-95 s when
-it is loaded), most of it pip subprocesses building the small sdists.
+installed. The rest is fast: the download (uv's resolution, pip's download, sdists built into wheels) on the real
+uv and pip with a local folder as their only index, the command line's refusals, and the pure helpers. Wall time:
+about 2 minutes on the 2-core machine under load, most of it pip subprocesses building the small sdists.
 """
 
 from __future__ import annotations
@@ -187,32 +187,34 @@ def local_index(tmp_path):
     return index
 
 
-def _offline_pip_args(index: Path) -> list:
-    return ["--disable-pip-version-check", "--isolated", "--no-index", "--find-links", str(index)]
+PIP = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check"]  # no pip configuration: no index
 
 
-@pytest.mark.parametrize("pinned, target", [
-    (False, ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"]),
-    (True, ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"]),
-    (True, []),
-], ids=["other-target", "other-target-pinned", "this-machine-pinned"])
+def _index_args(index: Path) -> list:
+    return ["--no-index", "--find-links", str(index)]
+
+
+OTHER_TARGET = ("3.11", "manylinux_2_28_x86_64")
+
+
+@pytest.mark.parametrize("pinned, target", [(False, OTHER_TARGET), (True, OTHER_TARGET), (True, (None, None))],
+                         ids=["other-target", "other-target-pinned", "this-machine-pinned"])
 def test_a_requirement_with_only_an_sdist_is_built_into_a_wheel_and_the_download_resumes(local_index, tmp_path,
                                                                                           pinned, target):
-    """For another target, unpinned, pip says 'No matching distribution found for tinysdist>=2'; pinned by a
-    constraints file (as constraints-cpu.txt pins hydra-core's sdist-only antlr4 runtime) it reports a conflict
-    instead; for this machine `pip wheel` builds it in the same pass."""
-    staging = tmp_path / "house"
-    staging.mkdir()
+    """pip downloads for another target over binary wheels only: uv resolves (reading the sdist's metadata; pinned
+    by a constraints file too, as constraints-cpu.txt pins hydra-core's sdist-only antlr4 runtime), pip fetches the
+    sdist and builds it, for another target and for this machine alike."""
     constraints = None
     if pinned:
         constraints = tmp_path / "constraints.txt"
         constraints.write_text("tinysdist==2.1\n")
-    env_pip = [sys.executable, "-m", "pip"]
-    built = wheelhouse.download_wheels(env_pip, _offline_pip_args(local_index), ["tinyapp"], staging, constraints,
-                                       target)
-    assert built == {"tinysdist": "tinysdist-2.1-py3-none-any.whl"}
-    assert sorted(path.name for path in staging.iterdir()) == ["tinyapp-1.0-py3-none-any.whl",
-                                                                "tinysdist-2.1-py3-none-any.whl"]
+    # Twice: the second build takes pip's cached wheel, still told from a downloaded one.
+    for staging in (tmp_path / "house-again", tmp_path / "house"):
+        staging.mkdir()
+        built = wheelhouse.download_wheels(PIP, _index_args(local_index), ["tinyapp"], staging, constraints, *target)
+        assert built == {"tinysdist": "tinysdist-2.1-py3-none-any.whl"}
+        assert sorted(path.name for path in staging.iterdir()) == ["tinyapp-1.0-py3-none-any.whl",
+                                                                    "tinysdist-2.1-py3-none-any.whl"]
     # The manifest says where each came from, and a truncated copy is caught.
     manifest = wheelhouse.make_manifest(staging, "tinyapp-1.0-py3-none-any.whl", ["cpu"], "3.11",
                                         "manylinux_2_28_x86_64", None, built,
@@ -232,19 +234,17 @@ def test_an_sdist_that_builds_a_platform_wheel_is_refused_for_another_target(loc
     with pytest.raises(wheelhouse.WheelhouseError, match=r"tinynative has no wheel for the target and its sdist "
                        r"builds a platform-specific wheel here \(tinynative-1.0-cp311-cp311-linux_x86_64.whl\): build "
                        r"the wheelhouse on a machine of the target's platform and Python"):
-        wheelhouse.download_wheels([sys.executable, "-m", "pip"], _offline_pip_args(local_index), ["tinyneedsnative"],
-                                   staging, None, ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"])
+        wheelhouse.download_wheels(PIP, _index_args(local_index), ["tinyneedsnative"], staging, None, *OTHER_TARGET)
 
 
-def test_a_requirement_that_exists_nowhere_fails_with_pips_reason(local_index, tmp_path):
-    pip = [sys.executable, "-m", "pip"]
-    with pytest.raises(wheelhouse.WheelhouseError, match=r"(?s)pip found neither a wheel for the target nor an sdist of "
-                       r"nosuchpackage:\n.*No matching distribution found for nosuchpackage\n\(check the name"):
-        wheelhouse.download_wheels(pip, _offline_pip_args(local_index), ["nosuchpackage"], tmp_path, None,
-                                   ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"])
-    with pytest.raises(wheelhouse.WheelhouseError, match=r"(?s)pip could not download or build the wheels for this "
-                       r"machine:.*No matching distribution found for nosuchpackage"):
-        wheelhouse.download_wheels(pip, _offline_pip_args(local_index), ["nosuchpackage"], tmp_path, None, [])
+def test_a_requirement_that_exists_nowhere_fails_with_the_resolvers_reason(local_index, tmp_path):
+    with pytest.raises(wheelhouse.WheelhouseError, match=r"(?s)uv could not resolve the wheels for Python 3.11, "
+                       r"manylinux_2_28_x86_64:\n.*nosuchpackage was not found in the provided package locations.*"
+                       r"\n\(check the name"):
+        wheelhouse.download_wheels(PIP, _index_args(local_index), ["nosuchpackage"], tmp_path, None, *OTHER_TARGET)
+    with pytest.raises(wheelhouse.WheelhouseError, match=r"(?s)uv could not resolve the wheels for this machine:\n.*"
+                       r"nosuchpackage was not found in the provided package locations"):
+        wheelhouse.download_wheels(PIP, _index_args(local_index), ["nosuchpackage"], tmp_path, None)
 
 
 # ------------------------------------------------------------------------------------------------ command line
@@ -367,6 +367,8 @@ def test_wheel_names_tags_and_targets():
     assert wheelhouse.expand_platform("manylinux2014_x86_64")[:2] == ["manylinux_2_17_x86_64", "manylinux2014_x86_64"]
     assert wheelhouse.expand_platform("macosx_11_0_arm64") == ["macosx_11_0_arm64"]
     assert wheelhouse.parse_python("311") == wheelhouse.parse_python("3.11") == "3.11"
+    assert wheelhouse.uv_platform("manylinux_2_28_x86_64") == "x86_64-manylinux_2_28"
+    assert wheelhouse.uv_platform("manylinux2014_aarch64") == "aarch64-manylinux_2_17"
 
     gpu = {"target": {"python": "3.11", "platform": "manylinux_2_28_x86_64"}}
     assert wheelhouse.target_problems(gpu, "3.11", "x86_64", (2, 35)) == []
@@ -378,33 +380,15 @@ def test_wheel_names_tags_and_targets():
     assert wheelhouse.removals_for(["gpu", "math"]) == ([], [])
 
 
-def test_pips_missing_requirement_line_is_read():
-    output = ("ERROR: Could not find a version that satisfies the requirement pylatexenc (from versions: none)\n"
-              "ERROR: No matching distribution found for pylatexenc\n")
-    assert wheelhouse.missing_requirement(output) == "pylatexenc"
-    assert wheelhouse.missing_requirement("ERROR: Could not install packages due to an OSError") is None
-    # pip 23.2 under --only-binary when the pinned antlr4 runtime (hydra-core's) has only an sdist:
-    conflict = ("ERROR: Cannot install recipe-dapo because these package versions have conflicting dependencies.\n\n"
-                "The conflict is caused by:\n"
-                "    hydra-core 1.3.8 depends on antlr4-python3-runtime==4.9.*\n"
-                "    The user requested (constraint) antlr4-python3-runtime==4.9.3\n\n"
-                "To fix this you could try to:\n1. loosen the range of package versions you've specified\n")
-    assert wheelhouse.missing_requirement(conflict) == "antlr4-python3-runtime==4.9.3"
-    two_packages = conflict.replace("The user requested (constraint) antlr4-python3-runtime==4.9.3",
-                                    "omegaconf 2.3.1 depends on pyyaml>=5.1")
-    assert wheelhouse.missing_requirement(two_packages) is None
-
-
-def test_wheels_pip_wheel_built_are_told_from_those_it_downloaded():
-    output = ("Collecting antlr4-python3-runtime==4.9.3 (from hydra-core)\n"
-              "  Using cached antlr4_python3_runtime-4.9.3-py3-none-any.whl\n"
-              "Collecting pylatexenc (from latex2sympy2-extended)\n"
-              "  Using cached pylatexenc-2.11-py2.py3-none-any.whl (137 kB)\n"
-              "Building wheel for tinysdist (pyproject.toml) ... done\n"
-              "  Created wheel for tinysdist: filename=tinysdist-2.1-py3-none-any.whl size=900 sha256=00\n")
-    assert wheelhouse.built_by_pip_wheel(output) == {
-        "antlr4-python3-runtime": "antlr4_python3_runtime-4.9.3-py3-none-any.whl",
-        "tinysdist": "tinysdist-2.1-py3-none-any.whl"}
+def test_pips_index_settings_reach_uv(monkeypatch, tmp_path):
+    """uv reads no pip configuration: the indexes and find-links pip is configured with are handed to it."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///a/simple file:///b/simple")
+    assert wheelhouse.pip_sources([sys.executable, "-m", "pip"]) == [
+        "--index-strategy", "unsafe-best-match", "--extra-index-url", "file:///a/simple",
+        "--extra-index-url", "file:///b/simple", "--find-links", str(tmp_path)]
+    assert wheelhouse.pip_sources(PIP) == ["--index-strategy", "unsafe-best-match"]  # pip --isolated: none
 
 
 def test_offline_pip_environment_has_no_configuration_index_or_network(monkeypatch):

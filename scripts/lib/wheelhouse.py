@@ -1,13 +1,16 @@
 """An offline wheelhouse for recipe_dapo: ``build`` it where the package index is reachable, ``install`` it where it
 is not (usage and options: ``scripts/wheelhouse.sh``).
 
-pip and uv do the work: ``pip wheel`` (this machine) or ``pip download --only-binary=:all: --platform ...`` (another
-target) fetch everything under the constraints file, and ``uv pip install --no-index --find-links DIR --offline``
-(pip's ``--isolated --no-index`` without uv) installs it with no configuration and a dead proxy. This script adds what
-they do not do: a manylinux tag also takes the older manylinux wheels a node of that glibc runs; a requirement with
-only an sdist is built into a wheel and the download resumes; ``wheelhouse.json`` records the target, the pins, what
-to remove after installing and every wheel's sha256, checked before installing; uv is installed from the folder
-itself; and ``<venv>/recipe_dapo_wheelhouse.json`` records what the install did and the installation check.
+pip and uv do the work. ``build``: ``uv pip compile`` resolves everything under the constraints file for the target
+(another Python and platform too: uv reads sdists' metadata and evaluates markers for the target), ``pip download
+--no-deps --platform ...`` fetches each pin's wheel for the target, or its sdist where it has none, and ``pip wheel``
+builds those. ``install``: ``uv pip install --no-index --find-links DIR --offline`` (pip's ``--isolated --no-index``
+without uv) with no configuration and a dead proxy. This script adds what they do not do: a manylinux tag also takes
+the older manylinux wheels a node of that glibc runs (pip's ``--platform`` takes tags literally); pip's index settings
+are handed to uv, which reads no pip configuration; a wheel built from an sdist for another target must be pure
+Python; ``wheelhouse.json`` records the target, the pins, what to remove after installing and every wheel's sha256,
+checked before installing; uv is installed from the folder itself; and ``<venv>/recipe_dapo_wheelhouse.json`` records
+what the install did and the installation check.
 
 Standard library only: it runs on a build host or an air-gapped node before anything else is installed.
 """
@@ -53,8 +56,7 @@ REMOVE_AFTER_INSTALL = {
 }
 INSTALLER_ENV = "WHEELHOUSE_INSTALLER"
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing answers, so any network attempt fails at once
-MAX_SDIST_BUILDS = 25
-PIP = [sys.executable, "-m", "pip"]
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 
 
 class WheelhouseError(RuntimeError):
@@ -67,10 +69,6 @@ class WheelhouseError(RuntimeError):
 def normalize(name: str) -> str:
     """PEP 503 normalised project name."""
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def requirement_name(requirement: str) -> str:
-    return normalize(re.split(r"[<>=!~;\[ (]", requirement)[0])
 
 
 def parse_wheel_name(filename: str) -> Dict[str, str]:
@@ -153,31 +151,7 @@ def removals_for(extras: Sequence[str]) -> Tuple[List[str], List[str]]:
     return packages, why
 
 
-# ------------------------------------------------------------------------------------------------ pip's messages
-
-
-def missing_requirement(pip_output: str) -> Optional[str]:
-    """The requirement pip could not find a wheel for, if that is why it failed: its 'No matching distribution found
-    for X' line, or a conflict whose every line is about one package (under --only-binary a pinned version that has
-    only an sdist reads as 'The user requested (constraint) X==1.0' against 'Y depends on X==1.*')."""
-    match = re.search(r"No matching distribution found for (\S+)", pip_output)
-    if match:
-        return match.group(1).rstrip(";")
-    block = re.search(r"The conflict is caused by:\n((?:[ \t]+\S.*\n?)+)", pip_output)
-    lines = block.group(1).splitlines() if block else []
-    found = [re.search(r"(?:requested(?: \(constraint\))?|depends on) (\S+)", line) for line in lines]
-    if not lines or not all(found) or len({requirement_name(item.group(1)) for item in found}) != 1:
-        return None
-    pinned = [re.search(r"\(constraint\) (\S+)", line).group(1) for line in lines if "(constraint)" in line]
-    return (pinned or [found[0].group(1)])[0]
-
-
-def built_by_pip_wheel(pip_output: str) -> Dict[str, str]:
-    """{name: wheel file} of the wheels `pip wheel` built from sdists: now ('Created wheel for X: filename=...'), or
-    earlier, taken from pip's wheel cache ('Using cached X.whl' without a size; a downloaded wheel shows its size)."""
-    built = [filename for _, filename in re.findall(r"Created wheel for (\S+): filename=(\S+\.whl)", pip_output)]
-    built += re.findall(r"^\s*Using cached (\S+\.whl)\s*$", pip_output, flags=re.M)
-    return {parse_wheel_name(filename)["name"]: filename for filename in built}
+# ------------------------------------------------------------------------------------------------ pip's output
 
 
 def tail(output: str, lines: int = 25) -> str:
@@ -327,8 +301,7 @@ def build_options(args: argparse.Namespace) -> Tuple[Path, List[str], str, Optio
     folder = Path(args.dir).resolve()
     extras = parse_extras(args.extras)
     check_extras(extras, declared_extras((ROOT / "setup.py").read_text()))
-    host_python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    python_version = parse_python(args.python) if args.python else host_python
+    python_version = parse_python(args.python) if args.python else f"{sys.version_info[0]}.{sys.version_info[1]}"
     platform_tag = parse_platform(args.platform) if args.platform else None
     if args.no_constraints:
         constraints = None
@@ -341,10 +314,6 @@ def build_options(args: argparse.Namespace) -> Tuple[Path, List[str], str, Optio
     if folder.exists() and any(folder.iterdir()) and not (folder / MANIFEST).is_file():
         raise WheelhouseError(f"{folder} exists, is not empty and is not a wheelhouse: give a new folder (build "
                               "replaces an old wheelhouse, nothing else)")
-    if python_version != host_python:
-        print(f"wheelhouse: note: building for Python {python_version} with Python {host_python}; pip evaluates "
-              "environment markers with the building interpreter, so build with a Python of the target's version "
-              "(PYTHON_BIN=python" + python_version + ") where one exists", file=sys.stderr)
     return folder, extras, python_version, platform_tag, constraints
 
 
@@ -354,6 +323,13 @@ def pip_target(python_version: str, platform_tag: Optional[str]) -> List[str]:
     tags = expand_platform(platform_tag) if platform_tag else []
     return ["--python-version", python_version, "--implementation", "cp", "--abi", abi] + [
         part for tag in tags for part in ("--platform", tag)]
+
+
+def uv_platform(platform_tag: str) -> str:
+    """uv's --python-platform for a wheel platform tag: manylinux_2_28_x86_64 -> x86_64-manylinux_2_28 (uv knows
+    which older manylinux wheels such a node runs); any other tag as it is (uv lists the values it knows)."""
+    needs = glibc_and_arch(platform_tag)
+    return f"{needs[1]}-manylinux_{needs[0][0]}_{needs[0][1]}" if needs else platform_tag
 
 
 def build_recipe_wheel(staging: Path, common: List[str], extras: List[str]) -> Path:
@@ -374,61 +350,75 @@ def build_recipe_wheel(staging: Path, common: List[str], extras: List[str]) -> P
     return wheel
 
 
-def download_wheels(pip: List[str], common: List[str], requirements: List[str], staging: Path,
-                    constraints: Optional[Path], target: List[str]) -> Dict[str, str]:
-    """Wheels of ``requirements`` and everything they need, in ``staging``; ``target``: pip's --python-version/
-    --platform/... options, empty for this machine. Returns {normalised name: wheel file} of those built from sdists.
-    For this machine ``pip wheel`` does it in one pass. For another target pip downloads binary wheels only, so a
-    requirement that has none (pip: 'No matching distribution found for X', or a conflict about X alone) is built
-    from its sdist here, then the download resumes."""
-    pins = ["-c", str(constraints)] if constraints else []
-    if not target:
-        result = run(pip + ["wheel", "-w", staging, "--find-links", staging] + common + pins + list(requirements))
-        if result.returncode != 0:
-            raise WheelhouseError("pip could not download or build the wheels for this machine:\n"
-                                  + tail(result.stdout))
-        return built_by_pip_wheel(result.stdout)
-    download = pip + ["download", "-d", staging, "--only-binary=:all:", "--find-links", staging] + common + target
-    built: Dict[str, str] = {}
-    while True:
-        result = run(download + pins + list(requirements))
-        if result.returncode == 0:
-            return built
-        requirement = missing_requirement(result.stdout)
-        name = requirement_name(requirement) if requirement else None
-        if requirement is None or name in built or len(built) >= MAX_SDIST_BUILDS:
-            again = f"\n({requirement} still has no wheel after building its sdist: report this)"
-            raise WheelhouseError(f"pip could not download the wheels for {' '.join(target)}:\n{tail(result.stdout)}"
-                                  + (again if name in built else ""))
-        built[name] = build_sdist(pip, common + pins, requirement, name, staging)
+def uv_for_build(pip: List[str], scratch: Path) -> str:
+    """uv on this machine (on PATH or beside this interpreter), else installed by pip into ``scratch``."""
+    found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    if found:
+        return found
+    result = run(pip + ["install", "--quiet", "--only-binary=:all:", "--target", scratch / "uv", "uv"])
+    if result.returncode != 0:
+        raise WheelhouseError(f"installing uv on this machine with pip failed:\n{tail(result.stdout)}")
+    return str(scratch / "uv" / "bin" / "uv")
 
 
-def build_sdist(pip: List[str], options: List[str], requirement: str, name: str, staging: Path) -> str:
-    """Build ``requirement`` (no wheel on the index for the target) into a pure-Python wheel in ``staging``; its
-    file name. A platform-specific one is refused: it would not run on the target."""
-    print(f"wheelhouse: {requirement} has no wheel for the target; building one from its sdist", flush=True)
-    with tempfile.TemporaryDirectory(prefix="wheelhouse-sdist-") as scratch:
-        result = run(pip + ["wheel", "--quiet", "--no-deps", "--no-binary", name, "-w", scratch, requirement] + options)
-        wheels = list(Path(scratch).glob("*.whl"))
-        if result.returncode != 0 or not wheels:
-            run(pip + ["download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", scratch, requirement] + options)
-            published = sorted(path.name for path in Path(scratch).glob("*.whl"))
-            seen = (f"\n{requirement} does have a wheel for this build machine: {published[0]}. If the nodes can "
-                    "run that platform tag, rebuild with --platform set to it; otherwise build the wheelhouse on a "
-                    "machine like the nodes (or pin a version with wheels for them in --constraints)") if published else ""
-            if missing_requirement(result.stdout):
+def pip_sources(pip: List[str]) -> List[str]:
+    """pip's index, extra indexes and find-links (pip.conf, PIP_* variables) as uv options: uv reads no pip
+    configuration, and looks at every index as pip does only with --index-strategy unsafe-best-match."""
+    listed = run(pip + ["config", "list"]).stdout  # in pip's order of precedence: the last value of a key wins
+    config = dict(re.findall(r"^\S*?\.(index-url|extra-index-url|find-links)='(.*)'$", listed, flags=re.M))
+    return ["--index-strategy", "unsafe-best-match"] + [
+        part for key, value in config.items() for url in value.split() for part in (f"--{key}", url)]
+
+
+def build_sdists(pip: List[str], index: List[str], staging: Path, universal_only: bool) -> Dict[str, str]:
+    """Build each sdist in ``staging`` (a pin without a wheel for the target) into a wheel there; {name: wheel file}.
+    ``universal_only`` (another target): a platform-specific wheel built here would not run there, and is refused."""
+    built = {}
+    for sdist in sorted(path for path in staging.iterdir() if path.suffix != ".whl"):
+        print(f"wheelhouse: {sdist.name} has no wheel for the target; building one from it", flush=True)
+        with tempfile.TemporaryDirectory(prefix="wheelhouse-sdist-") as scratch:
+            result = run(pip + ["wheel", "--quiet", "--no-deps", "-w", scratch, sdist] + index)
+            wheel = next(Path(scratch).glob("*.whl"), None)
+            if result.returncode != 0 or wheel is None:
+                raise WheelhouseError(f"{sdist.name} has no wheel for the target, and building it here failed:\n"
+                                      f"{tail(result.stdout, 12)}")
+            name = parse_wheel_name(wheel.name)["name"]
+            if universal_only and not is_universal(wheel.name):
                 raise WheelhouseError(
-                    f"pip found neither a wheel for the target nor an sdist of {requirement}:\n{tail(result.stdout)}"
-                    + (seen or "\n(check the name and version, the --extra-index-url that serves it, or the pins in "
-                       "--constraints)"))
-            raise WheelhouseError(f"{requirement} has no wheel for the target, and building it from its sdist failed "
-                                  f"here:\n{tail(result.stdout, 12)}{seen}")
-        if not is_universal(wheels[0].name):
-            raise WheelhouseError(
-                f"{requirement} has no wheel for the target and its sdist builds a platform-specific wheel here "
-                f"({wheels[0].name}): build the wheelhouse on a machine of the target's platform and Python")
-        shutil.move(str(wheels[0]), staging / wheels[0].name)
-        return wheels[0].name
+                    f"{name} has no wheel for the target and its sdist builds a platform-specific wheel here "
+                    f"({wheel.name}): build the wheelhouse on a machine of the target's platform and Python")
+            built[name] = shutil.move(str(wheel), staging / wheel.name).name
+        sdist.unlink()
+    return built
+
+
+def download_wheels(pip: List[str], index: List[str], requirements: List[str], staging: Path,
+                    constraints: Optional[Path], python_version: Optional[str] = None,
+                    platform_tag: Optional[str] = None) -> Dict[str, str]:
+    """Wheels of ``requirements`` and everything they need in ``staging``, for the target (``python_version`` and
+    ``platform_tag`` or None: this machine); ``index``: the options that give pip and uv the index. `uv pip
+    compile` resolves the pins, `pip download --no-deps` fetches each one's wheel for the target (or its sdist where
+    it has none: pip resolves for another platform over wheels only), and the sdists are built. Returns {normalised
+    name: wheel file} of those built from sdists."""
+    target = python_version is not None
+    where = f"Python {python_version}, {platform_tag or 'this platform'}" if target else "this machine"
+    with tempfile.TemporaryDirectory(prefix="wheelhouse-lock-") as scratch:
+        wanted, lock = Path(scratch) / "requirements.in", Path(scratch) / "requirements.lock"
+        wanted.write_text("\n".join(requirements) + "\n")
+        for_target = (["--python-version", python_version] if python_version else []) + (
+            ["--python-platform", uv_platform(platform_tag)] if platform_tag else [])
+        result = run([uv_for_build(pip, Path(scratch)), "pip", "compile", wanted, "-o", lock, "--python",
+                      sys.executable, "--no-header", "--no-annotate", "--quiet", *for_target, *index, *pip_sources(pip)]
+                     + (["-c", constraints] if constraints else []))
+        if result.returncode != 0:
+            raise WheelhouseError(f"uv could not resolve the wheels for {where}:\n{tail(result.stdout)}\n(check the "
+                                  "name and version, the --extra-index-url that serves it, or the pins in --constraints)")
+        pins = [line for line in lock.read_text().splitlines() if "==" in line]  # not the recipe's own file: URL
+        result = run(pip + ["download", "--quiet", "--no-deps", "-d", staging, *index, *pins]
+                     + (pip_target(python_version, platform_tag) if target else []))
+    if result.returncode != 0:
+        raise WheelhouseError(f"pip could not download the wheels for {where}:\n{tail(result.stdout)}")
+    return build_sdists(pip, index, staging, universal_only=target)
 
 
 def build(args: argparse.Namespace) -> None:
@@ -437,14 +427,13 @@ def build(args: argparse.Namespace) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".building.", dir=folder.parent))
     try:
-        common = ["--disable-pip-version-check"] + [part for url in args.extra_index_url
-                                                     for part in ("--extra-index-url", url)]
-        recipe_wheel = build_recipe_wheel(staging, common, extras)
+        index = [part for url in args.extra_index_url for part in ("--extra-index-url", url)]
+        recipe_wheel = build_recipe_wheel(staging, index, extras)
         print(f"wheelhouse: resolving and downloading wheels for Python {python_version}, "
               f"{platform_tag or 'this platform'}", flush=True)
-        target = pip_target(python_version, platform_tag) if args.python or args.platform else []
-        built = download_wheels(PIP, common, [f"{recipe_wheel}[{','.join(extras)}]", *BUILD_BACKEND, *INSTALLER],
-                                staging, constraints, target)
+        requirements = [f"{RECIPE}[{','.join(extras)}] @ {recipe_wheel.as_uri()}", *BUILD_BACKEND, *INSTALLER]
+        target = (python_version, platform_tag) if args.python or args.platform else (None, None)
+        built = download_wheels(PIP, index, requirements, staging, constraints, *target)
         manifest = make_manifest(staging, recipe_wheel.name, extras, python_version, platform_tag, constraints,
                                  built, args)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
