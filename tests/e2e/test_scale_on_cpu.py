@@ -22,25 +22,36 @@ One training launch of its own (its DP 1 reference is the session's ``classic_ru
   node that lacks the recipe, with the fix, and the job ends before any worker group or step.
 
 Exactness, on identical rollouts (seeded, checked equal): step 1 is one mini-batch holding the whole batch, so the
-update at DP 2 must equal the update at DP 1 up to float effects. The tolerances come from measured figures (one run
-each, 2026-11-24, on the tiny model's step 1): what legitimate regrouping moves, and what a broken loss moves.
+update at DP 2 must equal the update at DP 1 up to float effects. What this shows: the job's dispatch, its gloo
+all-reduce across the two nodes and the nodes' verl 0.9.0 compute step 1 as one rank on verl 0.9.1 does. What it
+cannot show: that the token-level loss is normalised by the whole mini-batch's token count. verl's ``balance_batch``
+is on and every prompt of the default data has the same token count, so the two ranks hold nearly equal loss-token
+counts (balancing counts the tokens of a response the overlong filter zeroed, the loss does not), where a per-rank
+token mean is within a hair of the global one; this comparison would pass with one. That is checked on ranks with
+unequal token counts, balancing on and off, with a per-rank-mean control that must fail the same tolerances, by
+tests/test_dp_token_mean_on_cpu.py (its spread over repeats: bench/dp_token_mean.py). The tolerances here come from
+measured figures (one run each, 2026-11-24, on the tiny model's step 1): what legitimate regrouping moves, and what
+a broken loss moved on another split than the job's.
 
 - Legitimate: DP 2 against DP 1 moved ``actor/pg_loss`` by 7.6e-7 relative and ``actor/grad_norm`` by 4.0e-4; DP 1
   in two micro-batches instead of one moved them by 3.8e-7 and 1.0e-5. In both, 44-47 of the 107,072 weights got
   an Adam step of the other sign (a gradient within float noise of 0: Adam's first step is about ``lr * sign(g)``),
   and the other weights' updates differed by 7-8e-4 relative L2. Why DP 2's gradient norm moves 40 times more than
-  two micro-batches do is not explained (the loss, the rows and the scale are the same).
+  two micro-batches do is not explained (the loss, the rows and the scale are the same). verl's FSDP engine computes
+  with bfloat16 parameters here (``fsdp_config.mixed_precision`` is unset): in tests/test_dp_token_mean_on_cpu.py's
+  setting DP 2 moved the gradient by about 2e-3 relative, and by 9e-8 with FSDP computing in float32.
 - Across releases: with the nodes on verl 0.9.0 and the DP 1 reference on verl 0.9.1, the figures were the same to
   the digits above (7.6e-7, 4.0e-4, 44 weights, 8.3e-4; one run): the two releases compute step 1 alike, so the
   comparison still isolates DP. A release that changed the step would fail it, naming the metric.
 - Broken: a per-rank token-mean (each rank normalising by its own loss tokens, then the ranks averaged), computed
-  in-process with the same tiny model on 32 rows split in two: the gradient norm moved by 1.1e-2, the gradient by
-  2.0e-2 relative, and 478 weights (0.45 %) got an Adam step of the other sign. A loss scaled wrongly by the DP size
-  doubles ``grad_norm``; a sampler that hands the ranks other rows fails the rollout comparison first.
+  in-process with the same tiny model on 32 rows split in two (not the job's balanced ranks, on which it would move
+  less): the gradient norm moved by 1.1e-2, the gradient by 2.0e-2 relative, and 478 weights (0.45 %) got an Adam
+  step of the other sign. A loss scaled wrongly by the DP size doubles ``grad_norm``, which this comparison does
+  catch; a sampler that hands the ranks other rows fails the rollout comparison first.
 
-So: ``pg_loss`` within 1e-4, ``grad_norm`` within 3e-3 (7x the measured DP 2 figure, 3.7x under the per-rank
-mean's), at most 1 in 1,000 moved weights with a step of the other sign (the measured 0.04 % and 0.45 %), and the
-others within 3e-3 relative L2.
+So: ``pg_loss`` within 1e-4, ``grad_norm`` within 3e-3 (7x the measured DP 2 figure, 3.7x under that split's
+per-rank mean), at most 1 in 1,000 moved weights with a step of the other sign (the measured 0.04 % and 0.45 %), and
+the others within 3e-3 relative L2.
 
 Not run here (so CI stays short): the non-exact variants themselves. GPU numerics, NCCL and real multi-host
 networking are not covered by any CPU test (README, "At scale").
