@@ -364,8 +364,12 @@ def relative(a, b) -> float:
 def measure(seed: int, cases=CASES, fp32: bool = False, folder: Path | None = None) -> list[dict]:
     """Every DP 2 case of ``cases`` against DP 1 on the same batch (one seed: model and data); one row each, with
     what the ranks saw (``rank_tokens``, ``dapo_registered``, ``metric_names``). The model is written to ``folder``
-    (a new temporary folder by default)."""
-    folder = Path(folder) if folder else Path(tempfile.mkdtemp(prefix=f"dp_token_mean_{seed}_"))
+    (a temporary folder, removed afterwards, by default)."""
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix=f"dp_token_mean_{seed}_") as scratch:
+            return measure(seed, cases, fp32, Path(scratch) / "model")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     build_model(folder, seed)
     batch = ragged_batch(folder, seed)
     modes = sorted({mode for mode, _, _ in cases}, key=MODES.index)
