@@ -1,5 +1,8 @@
-"""SIGTERM to the driver while the run starts: the launch stops at once, non-zero, even inside
-``ray.init`` (where Ray's own handler raises ``SystemExit(15)``, which ``ray.init`` swallows: the run then trained on).
+"""The driver's pre-emption guard on real processes, with a stand-in trainer where the real one would train: SIGTERM
+while the run starts stops the launch at once, non-zero, even inside ``ray.init`` (where Ray's own handler raises
+``SystemExit(15)``, which ``ray.init`` swallows: the run then trained on); SIGTERM and SIGINT to the driver's whole
+process group, as schedulers send them, reach the driver alone and the trainer saves; a second signal, the grace
+running out and a Ray that does not answer the flag's look-up each end the driver at once, saying which.
 
 Starts a real single-node Ray for a few seconds (run it under ``flock /tmp/train.lock`` beside other Ray users). The
 training side (finish the step, save, stop) is tested on the real trainer in ``test_trainer_on_cpu`` and end to end in
@@ -9,6 +12,7 @@ training side (finish the step, save, stop) is tested on the real trainer in ``t
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -87,7 +91,7 @@ STUCK_TRAINER = textwrap.dedent("""
             time.sleep(120)  # a step that never ends (a hung collective, a stuck save)
 
     config = compose_recipe_config(["trainer.default_local_dir={checkpoints}", "dapo.preemption.enable=true",
-                                    "dapo.preemption.grace_s=3"])
+                                    "dapo.preemption.grace_s={grace}"])
     with preemption_guard(config):
         ray.init(num_cpus=1, include_dashboard=False)
         ray.get(StuckTrainer.remote().run.remote())
@@ -95,28 +99,178 @@ STUCK_TRAINER = textwrap.dedent("""
 """)
 
 
-def test_a_trainer_that_does_not_stop_within_the_grace_is_left_and_the_driver_exits(tmp_path):
-    """dapo.preemption.grace_s bounds the exit: a trainer stuck in its step does not hold the driver past it."""
-    script = tmp_path / "driver.py"
-    script.write_text(STUCK_TRAINER.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints")))
+def start_driver(tmp_path, script: str, until: str) -> tuple[subprocess.Popen, list]:
+    """``script`` as a driver in a process group of its own (as a scheduler starts a job), read until a line ends with
+    ``until``."""
+    path = tmp_path / "driver.py"
+    path.write_text(script)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=env, cwd=tmp_path)
+    driver = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env, cwd=tmp_path, start_new_session=True)
     lines = []
     for line in driver.stdout:
         lines.append(line)
-        if line.rstrip().endswith("training"):
+        if line.rstrip().endswith(until):
             break
+    assert lines and lines[-1].rstrip().endswith(until), "".join(lines)[-3000:]
+    return driver, lines
+
+
+def end_of(driver: subprocess.Popen, lines: list, ray_processes: list, signalled: float,
+           timeout: float = 60) -> tuple[str, float]:
+    """The driver's whole output once it exited and the seconds from ``signalled`` to its exit; its Ray processes are
+    gone within 20 s after (they share its fate)."""
+    try:
+        output, _ = driver.communicate(timeout=timeout)
+        took = time.monotonic() - signalled
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    _, alive = psutil.wait_procs(ray_processes, timeout=20)
+    for process in alive:  # (a leftover must not outlive the test)
+        process.kill()
+    assert not alive, [process.name() for process in alive]
+    return "".join(lines) + output, took
+
+
+def test_a_trainer_that_does_not_stop_within_the_grace_is_left_and_the_driver_exits(tmp_path):
+    """dapo.preemption.grace_s bounds the exit: a trainer stuck in its step does not hold the driver past it."""
+    script = STUCK_TRAINER.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints"), grace=3)
+    driver, lines = start_driver(tmp_path, script, "training")
+    ray_processes = psutil.Process(driver.pid).children(recursive=True)
     signalled = time.monotonic()
     driver.send_signal(signal.SIGTERM)
-    output, _ = driver.communicate(timeout=60)
-    took = time.monotonic() - signalled
-    output = "".join(lines) + output
+    output, took = end_of(driver, lines, ray_processes, signalled)
     assert driver.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "SIGTERM: the trainer did not stop within dapo.preemption.grace_s=3 s; last checkpoint: none" in output, output[-1500:]
     assert 3 <= took < 10, took
     assert "the launch went on" not in output
     print(f"stuck trainer: exit {driver.returncode} {took:.2f} s after SIGTERM (grace 3 s)")
+
+
+def test_a_second_signal_to_the_process_group_exits_at_once_with_the_first_signals_status(tmp_path):
+    """Ctrl-C twice, or a scheduler's SIGTERM then its SIGINT: the driver does not wait out the grace for the trainer
+    (60 s here) after the second."""
+    script = STUCK_TRAINER.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints"), grace=60)
+    driver, lines = start_driver(tmp_path, script, "training")
+    ray_processes = psutil.Process(driver.pid).children(recursive=True)
+    os.killpg(driver.pid, signal.SIGTERM)
+    time.sleep(5)  # the guard raised the flag and waits for the trainer
+    assert driver.poll() is None, "the driver did not wait for the trainer after the first signal"
+    signalled = time.monotonic()
+    os.killpg(driver.pid, signal.SIGINT)
+    output, took = end_of(driver, lines, ray_processes, signalled)
+    assert driver.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "SIGTERM received: stopping the run (a second SIGTERM exits at once)" in output, output[-3000:]
+    assert "the trainer finishes its step and saves a checkpoint (up to dapo.preemption.grace_s=60 s)" in output
+    assert "second SIGINT: exiting now without waiting for the trainer; last checkpoint: none" in output, output[-3000:]
+    assert took < 5, took
+    print(f"second signal: exit {driver.returncode} {took:.2f} s after it")
+
+
+STOPPING_TRAINER = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, {tests!r})
+    from conftest import compose_recipe_config
+    from recipe_dapo.main_dapo import preemption_guard
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Trainer:
+        # the trainers' protocol (trainers.recipe_run): open the watch when the loop begins, read it at each step
+        # boundary, save and return once it is raised
+        def run(self, checkpoint):
+            from recipe_dapo.trainers.preemption import TrainerWatch
+            watch = TrainerWatch.open()
+            print("training", flush=True)
+            for step in range(1, 600):
+                time.sleep(0.2)  # a step
+                if watch.requested():
+                    with open(checkpoint, "w") as out:
+                        out.write(f"{{step}} {{watch.requested()}}")
+                    return step
+            return None
+
+    config = compose_recipe_config(["trainer.default_local_dir={checkpoints}", "dapo.preemption.enable=true"])
+    with preemption_guard(config):
+        ray.init(num_cpus=1, include_dashboard=False)
+        step = ray.get(Trainer.remote().run.remote({checkpoint!r}))
+        print("the trainer saved step", step, flush=True)
+    print("the launch went on", flush=True)
+""")
+
+
+@pytest.mark.parametrize("signum, to", [(signal.SIGTERM, "group"), (signal.SIGINT, "group"),
+                                        (signal.SIGTERM, "driver")])
+def test_a_signal_to_the_process_group_or_the_driver_reaches_the_driver_alone_and_the_trainer_saves(
+        tmp_path, signum, to):
+    """A scheduler's signal to the job's process group (SLURM's scancel of a batch step, ``kill -TERM -PGID``, Ctrl-C
+    in a terminal) reaches the driver and not the processes of its Ray node (GCS, raylet, workers, in a session of
+    their own): the trainer, in a Ray worker, sees the flag, saves and returns, and the driver exits 128 + signal."""
+    checkpoint = tmp_path / "saved"
+    script = STOPPING_TRAINER.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints"),
+                                     checkpoint=str(checkpoint))
+    driver, lines = start_driver(tmp_path, script, "training")
+    ray_processes = psutil.Process(driver.pid).children(recursive=True)
+    in_the_group = [process.name() for process in ray_processes if os.getpgid(process.pid) == driver.pid]
+    signalled = time.monotonic()
+    (os.killpg if to == "group" else os.kill)(driver.pid, signum)
+    output, took = end_of(driver, lines, ray_processes, signalled)
+    name = signal.Signals(signum).name
+    assert driver.returncode == 128 + signum, output[-3000:]
+    assert checkpoint.exists(), f"the trainer did not save (Ray processes in the driver's group: {in_the_group}):\n" \
+                                + output[-3000:]
+    assert checkpoint.read_text().split()[1] == name
+    assert "the trainer saved step" in output and f"stopped by {name}; last checkpoint: none" in output
+    assert "the launch went on" not in output
+    assert not in_the_group, in_the_group
+    assert took < 15, took
+    print(f"{name} to the {to}: the trainer saved, exit {driver.returncode} in {took:.2f} s")
+
+
+FROZEN_GCS = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from conftest import compose_recipe_config
+    from recipe_dapo.main_dapo import preemption_guard
+    import ray
+
+    config = compose_recipe_config(["trainer.default_local_dir={checkpoints}", "dapo.preemption.enable=true"])
+    with preemption_guard(config):
+        ray.init(num_cpus=1, include_dashboard=False)
+        print("ray started", flush=True)
+        time.sleep(120)
+    print("the launch went on", flush=True)
+""")
+
+
+def test_a_flag_look_up_that_ray_does_not_answer_is_named_as_such_not_as_start_up(tmp_path):
+    """Ray's GCS stopped (SIGSTOP: a node that does not answer): the look-up of the stop flag gets no answer, and the
+    driver exits within FLAG_TIMEOUT_S saying so, not that the run was starting."""
+    from recipe_dapo.trainers.preemption import FLAG_TIMEOUT_S
+
+    script = FROZEN_GCS.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints"))
+    driver, lines = start_driver(tmp_path, script, "ray started")
+    ray_processes = psutil.Process(driver.pid).children(recursive=True)
+    gcs = [process for process in ray_processes if "gcs_server" in process.name()]
+    assert gcs, [process.name() for process in ray_processes]
+    for process in gcs:
+        process.suspend()
+    try:
+        signalled = time.monotonic()
+        driver.send_signal(signal.SIGTERM)
+        output, took = end_of(driver, lines, ray_processes, signalled, timeout=FLAG_TIMEOUT_S + 30)
+    finally:
+        for process in gcs:
+            if process.is_running():
+                process.kill()
+    assert driver.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "during start-up" not in output, output[-3000:]
+    assert re.search(r"SIGTERM: (Ray did not answer the look-up of the stop flag \(recipe_dapo.preemption_flag\) "
+                     r"within 10 s|looking up the stop flag failed \(\w+: .+\)): stopped without a final save; "
+                     r"last checkpoint: none", output), output[-3000:]
+    assert took < FLAG_TIMEOUT_S + 5, took
+    print(f"GCS frozen: exit {driver.returncode} {took:.2f} s after SIGTERM")
 
 
 def test_a_checkpoint_write_error_from_the_task_runner_ends_the_driver_with_its_one_line(capsys):

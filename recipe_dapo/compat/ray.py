@@ -1,10 +1,12 @@
-"""Ray internals the recipe depends on: naming an actor from its handle, and keeping Ray's driver from replacing the
-pre-emption guard's SIGTERM handler (``trainers.preemption``)."""
+"""Ray internals the recipe depends on: naming an actor from its handle, keeping Ray's driver from replacing the
+pre-emption guard's SIGTERM handler, and starting the processes of the driver's Ray node in a session of their own, so
+that a scheduler's signal to the driver's process group reaches the driver only (``trainers.preemption``)."""
 
 from __future__ import annotations
 
 import logging
 import signal
+import sys
 from typing import Callable, Iterable
 
 from recipe_dapo.compat import touches
@@ -13,6 +15,9 @@ logger = logging.getLogger(__name__)
 
 RAY = ("2.60.0",)
 """The Ray releases the sites below were checked on."""
+
+_SESSIONS: list = []
+"""The leaders of the sessions :func:`keep_signal_handlers` started Ray's processes in (their process group ids)."""
 
 
 @touches("ray.actor.ActorHandle._actor_id", how="reads", checked=RAY,
@@ -32,30 +37,66 @@ def actor_label(handle) -> str:
          why="its core worker installs a C++ SIGTERM handler (a stack dump, then abort); the guard takes SIGTERM back after")
 @touches("ray._private.utils.set_sigterm_handler", how="replaces", checked=RAY, params=("sigterm_handler",),
          why="ray.init and the head node install SIGTERM handlers (sys.exit, kill every Ray process) over the guard's")
+@touches("ray._private.services.ConsolePopen", how="replaces", checked=RAY,
+         why="the head node's processes (GCS, raylet and through it every worker) start in the driver's process group, "
+             "where a scheduler's signal to the group ends them before the trainer can save")
 def keep_signal_handlers(signals: Iterable[int], handler: Callable) -> Callable[[], None]:
-    """Until the returned function is called: Ray's driver installs no SIGTERM handler, and every ``ray.init`` ends by
-    putting ``handler`` back on ``signals``. Returns the function that restores Ray's own (a no-op without Ray)."""
+    """Until the returned function is called: Ray's driver installs no SIGTERM handler, every ``ray.init`` ends by
+    putting ``handler`` back on ``signals``, and the processes a ``ray.init`` starts (GCS, raylet, dashboard, log
+    monitor; the raylet's workers and their vLLM engines inherit it) run in a session of their own: a signal to the
+    driver's process group (``kill -TERM -PGID``, Ctrl-C in a terminal) reaches the driver alone, whose guard then asks
+    the trainer to save. They still end with the driver: Ray starts them with ``PR_SET_PDEATHSIG`` (kernel fate
+    sharing), which a session does not change. Returns the function that restores Ray's own (a no-op without Ray)."""
     try:
         import ray
+        import ray._private.services as ray_services
         import ray._private.utils as ray_utils
     except ImportError:
         return lambda: None
     signals = tuple(signals)
-    ray_setter, ray_init = ray_utils.set_sigterm_handler, ray.init
+    ray_setter, ray_init, ray_popen = ray_utils.set_sigterm_handler, ray.init, ray_services.ConsolePopen
 
     def ignore_ray_handler(sigterm_handler):
         logger.debug("recipe_dapo: Ray's SIGTERM handler %r not installed (pre-emption guard)", sigterm_handler)
 
+    class PopenInASessionOfItsOwn(ray_popen):
+        def __init__(self, *args, **kwargs):
+            if sys.platform != "win32":
+                kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+            if kwargs.get("start_new_session"):
+                _SESSIONS.append(self.pid)
+
     def init_then_take_the_signals_back(*args, **kwargs):
+        ray_services.ConsolePopen = PopenInASessionOfItsOwn
         try:
             return ray_init(*args, **kwargs)
         finally:
+            ray_services.ConsolePopen = ray_popen
             for signum in signals:
                 signal.signal(signum, handler)
 
     ray_utils.set_sigterm_handler, ray.init = ignore_ray_handler, init_then_take_the_signals_back
 
     def restore() -> None:
-        ray_utils.set_sigterm_handler, ray.init = ray_setter, ray_init
+        ray_utils.set_sigterm_handler, ray.init, ray_services.ConsolePopen = ray_setter, ray_init, ray_popen
 
     return restore
+
+
+def end_ray_sessions() -> None:
+    """SIGKILL to the process groups of the Ray processes this driver started in sessions of their own (each leader
+    still this process's child): for a driver that exits without ``ray.shutdown`` (``os._exit``). The raylet and GCS
+    die with the driver anyway (``PR_SET_PDEATHSIG``), but the raylet's agents would wait on the dead GCS for a minute
+    before they exit, and its workers until they notice."""
+    import os
+
+    while _SESSIONS:
+        leader = _SESSIONS.pop()
+        try:
+            with open(f"/proc/{leader}/stat") as stat:  # (pid (name) state ppid pgrp ...)
+                ppid, pgrp = (int(field) for field in stat.read().rsplit(")", 1)[1].split()[1:3])
+            if ppid == os.getpid() and pgrp == leader:
+                os.killpg(leader, signal.SIGKILL)
+        except (OSError, ValueError):  # gone already, or not a Linux /proc
+            continue

@@ -68,7 +68,8 @@ class PreflightSettings:
 
 @dataclass
 class PreemptionSettings:
-    """``dapo.preemption``: what SIGTERM / SIGINT to the driver does (``recipe_dapo.trainers.preemption``).
+    """``dapo.preemption``: what SIGTERM / SIGINT to the driver, or to its whole process group, does
+    (``recipe_dapo.trainers.preemption``).
 
     During start-up the launch stops at once. During training the trainer finishes its current step, saves that
     step's checkpoint (unless saved), prints the end-of-run summary and the resume line, and the driver exits with
@@ -78,11 +79,11 @@ class PreemptionSettings:
     """Install the driver's SIGTERM / SIGINT guard (``trainers.preemption``). ``false``: a signal acts as in verl (the
     driver dies; the last saved checkpoint stays, the end-of-run summary names it)."""
 
-    grace_s: float = 600.0
+    grace_s: float = 30.0
     """Longest wait, in seconds, for the trainer to finish its step and save after the signal; then the driver exits
-    without that save (the last good checkpoint is named). Set it below the scheduler's own grace (SLURM
-    ``--signal=TERM@<lead>`` / ``KillWait``, Kubernetes ``terminationGracePeriodSeconds``), leaving room for one step
-    plus one checkpoint save."""
+    without that save (the last good checkpoint is named). The default is a scheduler's usual notice (Kubernetes'
+    ``terminationGracePeriodSeconds``, SLURM's ``KillWait``); keep it below your scheduler's own (SLURM
+    ``--signal=TERM@<lead>``), and raise both when a step plus one checkpoint save takes longer."""
 
 
 @dataclass

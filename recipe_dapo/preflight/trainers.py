@@ -121,9 +121,9 @@ def rule_ignored_options(config: DictConfig, report: CheckReport) -> Iterable[st
 
 def rule_preemption(config: DictConfig, report: CheckReport) -> Iterable[str]:
     """dapo.preemption.grace_s bounds the wait for the pre-emption checkpoint: a positive number of seconds."""
-    grace = select(config, "dapo.preemption.grace_s", 600.0)
+    grace = select(config, "dapo.preemption.grace_s", 30.0)
     if not isinstance(grace, (int, float)) or isinstance(grace, bool) or not grace > 0:
         yield (
             f"dapo.preemption.grace_s={grace}: the driver waits this many seconds after SIGTERM for the trainer to "
-            "finish its step and save; set a positive number below the scheduler's own grace period (e.g. 600)"
+            "finish its step and save; set a positive number below the scheduler's own grace period (e.g. 30)"
         )

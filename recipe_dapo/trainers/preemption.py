@@ -7,20 +7,26 @@ training loop begins:
 
 - the driver's guard (:class:`DriverGuard`) is a thread woken by the signal through Python's wakeup fd, at once
   even while the main thread is inside ``ray.init`` or ``ray.get`` (C++ calls, where a Python handler waits for the
-  call to return, and which must not be re-entered from a handler). It looks the flag up. No flag: the run is still
-  starting (Ray, workers, vLLM, checkpoint load, first validation; nothing trained in this launch is lost), and the
-  driver exits at once. A flag: the guard raises it and waits up to ``dapo.preemption.grace_s`` for the trainer;
+  call to return, and which must not be re-entered from a handler). It looks the flag up (at most
+  :data:`FLAG_TIMEOUT_S`). No flag: the run is still starting (Ray, workers, vLLM, checkpoint load, first validation;
+  nothing trained in this launch is lost), and the driver exits at once. A flag: the guard raises it and waits up to
+  ``dapo.preemption.grace_s`` (30 s by default, a scheduler's usual notice) for the trainer. Ray failing to look the
+  flag up or to raise it (an error, no answer in time) ends the driver at once with a line naming that failure;
 - the trainer (:class:`TrainerWatch`) reads the flag at each step boundary (one small Ray call per step). Once
   raised, it finishes the step it is in, writes that step's checkpoint (sampler state included) unless one exists,
   skips validation, logs the step, prints the end-of-run summary with the resume line and returns;
 - the driver then prints where to resume from and exits with ``128 + signal`` (143 for SIGTERM, 130 for SIGINT).
 
 Bound: the rest of the current step (generation rounds, update) plus one checkpoint save; when the trainer has not
-stopped after ``dapo.preemption.grace_s`` seconds, or on a second signal, the driver exits at once (the last good
-checkpoint is named). Ray's own driver handlers (``ray.init``'s ``sys.exit(15)``, which a ``ray.init`` in progress
-swallows, the head node's kill-everything handler, and the core worker's C++ dump handler, which also aborts the
-driver 3 s later) are kept from replacing the recipe's while the guard is installed; on exit Ray's processes stop
-with the driver (Ray's fate sharing and ``atexit``).
+stopped after ``dapo.preemption.grace_s`` seconds, or on a second signal (SIGTERM or SIGINT), the driver exits at once
+with the first signal's status (the last good checkpoint is named). Ray's own driver handlers (``ray.init``'s
+``sys.exit(15)``, which a ``ray.init`` in progress swallows, the head node's kill-everything handler, and the core
+worker's C++ dump handler, which also aborts the driver 3 s later) are kept from replacing the recipe's while the guard
+is installed. Schedulers signal the whole process group (``kill -TERM -PGID``, Ctrl-C in a terminal): the processes
+of the driver's Ray node (GCS, raylet, the workers and their vLLM engines) run in a session of their own
+(``compat.ray.keep_signal_handlers``), so the signal reaches the driver alone and the trainer can save; on exit they
+stop with the driver (Ray's kernel fate sharing and ``atexit``). A signal sent to every process of the job one by one
+(a cgroup-wide kill) still reaches Ray's processes.
 A named actor rather than a file: the task runner may run on another node than the driver, with no shared disk.
 """
 
@@ -39,6 +45,24 @@ logger = logging.getLogger(__name__)
 
 FLAG_NAME = "recipe_dapo.preemption_flag"
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+FLAG_TIMEOUT_S = 10.0
+"""Longest wait for Ray to find and raise the stop flag after a signal; then the driver exits without a final save."""
+STARTING = "starting"
+"""The flag look-up's answer while the run starts (no flag: nothing trained in this launch)."""
+
+
+class FlagError(Exception):
+    """A Ray call on the stop flag failed (``where``: which one; ``error``: Ray's exception)."""
+
+    def __init__(self, where: str, error: BaseException):
+        super().__init__(where, error)
+        self.where, self.error = where, error
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _noted(signum, frame) -> None:
@@ -215,32 +239,62 @@ class DriverGuard:
                 deadline = time.monotonic() + self.grace_s
 
     def _raise_the_flag(self, name: str) -> bool:
-        """Ask the trainer to stop after its step; False when the run ended here (starting, or the trainer out of
-        reach)."""
-        flag = self._find_flag()
-        if flag is None:
+        """Ask the trainer to stop after its step; False when the run ended here (starting, or the flag out of reach).
+        The look-up and the request together take at most ``FLAG_TIMEOUT_S`` (a Ray that does not answer must not hold
+        the guard: the grace and a second signal wait on it)."""
+        outcome: list = []
+
+        def look_up_and_raise() -> None:
+            try:
+                outcome.append(self._request_stop(name))
+            except BaseException as error:  # reported below, whatever it is
+                outcome.append(error)
+
+        helper = threading.Thread(target=look_up_and_raise, name="recipe_dapo-preemption-flag", daemon=True)
+        helper.start()
+        deadline = time.monotonic() + FLAG_TIMEOUT_S
+        while helper.is_alive() and time.monotonic() < deadline:  # a second signal meanwhile exits at once
+            ready, _, _ = select.select([self._pipe[0]], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
+            if ready and any(signum in SIGNALS for signum in os.read(self._pipe[0], 64)):
+                self._leave("second signal while the stop flag was looked up: exiting now")
+                return False
+        if not outcome:
+            self._leave(f"{name}: Ray did not answer the look-up of the stop flag ({FLAG_NAME}) within "
+                        f"{FLAG_TIMEOUT_S:g} s: stopped without a final save")
+            return False
+        result = outcome[0]
+        if result is STARTING:
             self._leave(f"{name} during start-up (no training step in this launch): stopped")
             return False
-        try:
-            import ray
-
-            ray.get(flag.request.remote(name), timeout=30)
-        except Exception as error:
-            self._leave(f"{name}: could not reach the trainer ({error}): stopped without a final save")
+        if isinstance(result, BaseException):
+            where, error = (result.where, result.error) if isinstance(result, FlagError) else ("the stop flag", result)
+            self._leave(f"{name}: {where} failed ({type(error).__name__}: {_first_line(error)}): stopped without a "
+                        "final save")
             return False
         _say(f"recipe_dapo: the trainer finishes its step and saves a checkpoint (up to dapo.preemption.grace_s="
              f"{self.grace_s:g} s)")
         return True
 
-    def _find_flag(self):
-        try:
-            import ray
+    @staticmethod
+    def _request_stop(name: str):
+        """Find the run's flag and raise it: True, or :data:`STARTING` when there is no flag yet (Ray not started, or
+        no trainer created one: ``ray.get_actor``'s ``ValueError``), or a :class:`FlagError` naming the call that
+        failed."""
+        import ray
 
-            if not ray.is_initialized():
-                return None
-            return ray.get_actor(FLAG_NAME)
-        except Exception:
-            return None
+        if not ray.is_initialized():
+            return STARTING
+        try:
+            flag = ray.get_actor(FLAG_NAME)
+        except ValueError:  # Ray's answer for a name no actor holds
+            return STARTING
+        except Exception as error:
+            return FlagError("looking up the stop flag", error)
+        try:
+            ray.get(flag.request.remote(name), timeout=FLAG_TIMEOUT_S)
+        except Exception as error:
+            return FlagError("raising the stop flag", error)
+        return True
 
     def resume_line(self) -> str:
         from recipe_dapo.tracking.checkpoint_folders import latest_checkpoint
@@ -250,6 +304,10 @@ class DriverGuard:
     def _leave(self, reason: str) -> None:
         """Exit now (from the handler or the helper thread): Ray's processes stop with the driver."""
         _say(f"recipe_dapo: {reason}; {self.resume_line()}")
+        if self._exit_now is os._exit:  # no atexit ray.shutdown: the Ray node's processes go now
+            from recipe_dapo.compat.ray import end_ray_sessions
+
+            end_ray_sessions()
         self._exit_now(exit_status(self.signum or signal.SIGTERM))
 
     # -------------------------------------------------------------- after the trainer returned
@@ -280,7 +338,7 @@ def guard_driver(config) -> DriverGuard:
 
     checkpoint_dir = config.trainer.get("default_local_dir")
     return DriverGuard(
-        grace_s=float(OmegaConf.select(config, "dapo.preemption.grace_s", default=600.0)),
+        grace_s=float(OmegaConf.select(config, "dapo.preemption.grace_s", default=30.0)),
         checkpoint_dir=os.path.abspath(checkpoint_dir) if checkpoint_dir else None,
         resume_hint=resume_hint(config),
     ).install()
