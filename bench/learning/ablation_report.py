@@ -322,7 +322,9 @@ def generated(study: dict, figures: list[str]) -> str:
                                        "in ablation.json)"}.get(repeat.get("against"), "")
         if repeat["identical"]:
             same = (f"identical: {repeat['steps_compared']} steps of `{repeat['arm']}` seed {repeat['seed']} "
-                    f"run twice gave the same figures to the last digit{against}")
+                    f"run twice gave the same training figures to the last digit ("
+                    + ", ".join(f"`{key}`" for key in repeat["max_relative_difference"])
+                    + f"; validation samples are not seeded){against}")
         else:
             first = repeat["first_difference"]
             worst = ", ".join(f"`{k}` {v:.2g}" for k, v in repeat["max_relative_difference"].items() if v is not None)
