@@ -47,12 +47,13 @@ import argparse
 import copy
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
+
+import spawned_world  # bench/ is on the path: the folder of the script, or put there by the test
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GROUPS, RESPONSES = 4, 4  # 16 rows: 8 per rank at DP 2
@@ -330,25 +331,10 @@ def run_case(rank: int, world: int, case: dict) -> dict:
 
 def start_world(world: int, cases: list[dict]):
     """One process per rank (spawned, a gloo group of its own); ``finish_world`` waits and reads rank 0's results."""
-    import torch.multiprocessing as mp
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    out = tempfile.mktemp(suffix=".json")
-    context = mp.start_processes(rank_main, args=(world, port, {"cases": cases}, out), nprocs=world, join=False,
-                                 start_method="spawn")
-    return context, out
+    return spawned_world.start(rank_main, world, {"cases": cases})
 
 
-def finish_world(started) -> list[dict]:
-    context, out = started
-    while not context.join():
-        pass
-    with open(out) as handle:
-        results = json.load(handle)
-    os.unlink(out)
-    return results
+finish_world = spawned_world.finish
 
 
 # ------------------------------------------------------------------------------------------------------------ study

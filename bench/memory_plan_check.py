@@ -43,6 +43,8 @@ import tempfile
 import time
 import warnings
 
+import spawned_world  # bench/spawned_world.py, beside this script
+
 MODELS = {
     # name: (vocab, hidden, layers, heads, kv_heads, intermediate, tied)
     "q8k-h128-l4": (8192, 128, 4, 4, 2, 384, False),
@@ -293,22 +295,10 @@ def kv_check() -> tuple[int, list[str]]:
 def start_world(world: int, shapes: list):
     """Start one process per rank (one process group per rank count; each measures all of its shapes in turn);
     ``finish_world`` waits for them and reads rank 0's results."""
-    import torch.multiprocessing as mp
-
-    out = tempfile.mktemp(suffix=".json")
-    port = 29500 + (os.getpid() % 1000) + world
-    return mp.start_processes(worker, args=(world, port, shapes, out), nprocs=world, join=False,
-                              start_method="spawn"), out
+    return spawned_world.start(worker, world, shapes)
 
 
-def finish_world(started) -> list:
-    context, out = started
-    while not context.join():
-        pass
-    with open(out) as handle:
-        results = json.load(handle)
-    os.unlink(out)
-    return results
+finish_world = spawned_world.finish
 
 
 def main(argv=None) -> int:
