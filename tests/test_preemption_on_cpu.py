@@ -204,9 +204,9 @@ STOPPING_TRAINER = textwrap.dedent("""
                                         (signal.SIGTERM, "driver")])
 def test_a_signal_to_the_process_group_or_the_driver_reaches_the_driver_alone_and_the_trainer_saves(
         tmp_path, signum, to):
-    """A scheduler's signal to the job's process group (SLURM's scancel of a batch step, ``kill -TERM -PGID``, Ctrl-C
-    in a terminal) reaches the driver and not the processes of its Ray node (GCS, raylet, workers, in a session of
-    their own): the trainer, in a Ray worker, sees the flag, saves and returns, and the driver exits 128 + signal."""
+    """A signal to the job's process group (``kill -TERM -PGID``, Ctrl-C in a terminal) reaches the driver and not
+    the processes of its Ray node (GCS, raylet, workers, in a session of their own): the trainer, in a Ray worker, sees
+    the flag, saves and returns, and the driver exits 128 + signal."""
     checkpoint = tmp_path / "saved"
     script = STOPPING_TRAINER.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints"),
                                      checkpoint=str(checkpoint))

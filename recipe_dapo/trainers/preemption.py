@@ -22,11 +22,12 @@ stopped after ``dapo.preemption.grace_s`` seconds, or on a second signal (SIGTER
 with the first signal's status (the last good checkpoint is named). Ray's own driver handlers (``ray.init``'s
 ``sys.exit(15)``, which a ``ray.init`` in progress swallows, the head node's kill-everything handler, and the core
 worker's C++ dump handler, which also aborts the driver 3 s later) are kept from replacing the recipe's while the guard
-is installed. Schedulers signal the whole process group (``kill -TERM -PGID``, Ctrl-C in a terminal): the processes
-of the driver's Ray node (GCS, raylet, the workers and their vLLM engines) run in a session of their own
-(``compat.ray.keep_signal_handlers``), so the signal reaches the driver alone and the trainer can save; on exit they
-stop with the driver (Ray's kernel fate sharing and ``atexit``). A signal sent to every process of the job one by one
-(a cgroup-wide kill) still reaches Ray's processes.
+is installed. A signal to the whole process group (``kill -TERM -PGID``, Ctrl-C in a terminal) reaches the driver
+alone: the processes of the driver's Ray node (GCS, raylet, the workers and their vLLM engines) run in a session of
+their own (``compat.ray.keep_signal_handlers``), and the trainer can save; on exit they stop with the driver (Ray's
+kernel fate sharing and ``atexit``, or :func:`~recipe_dapo.compat.ray.end_ray_sessions`). A signal sent to every
+process of the job (SLURM's cgroup process tracking, a container runtime's kill of all its processes) still reaches
+Ray's processes: not covered.
 A named actor rather than a file: the task runner may run on another node than the driver, with no shared disk.
 """
 
