@@ -351,11 +351,16 @@ def write(study: dict, docs_dir: Path) -> None:
     docs_dir = Path(docs_dir)
     docs_dir.mkdir(parents=True, exist_ok=True)
     figures = draw(study, docs_dir)
-    doc = docs_dir / "ablation.md"
-    text = doc.read_text() if doc.exists() else f"# The DAPO ablation in miniature\n\n{BEGIN}\n{END}\n"
-    block = generated(study, figures)
-    if BEGIN in text and END in text[text.index(BEGIN):]:
-        start = text.index(BEGIN)  # the doc holds other generated blocks after this one: its own END
+    write_block(docs_dir / "ablation.md", BEGIN, generated(study, figures), "The DAPO ablation in miniature")
+
+
+def write_block(doc: Path, begin: str, block: str, title: str) -> None:
+    """``block`` (which opens with ``begin`` and closes with END) in place of the doc's block that opens with
+    ``begin``, up to that block's own END (a doc may hold several generated blocks); appended where the doc has no
+    such block, a new doc titled ``title``. Text outside the block is kept."""
+    text = doc.read_text() if doc.exists() else f"# {title}\n"
+    if begin in text and END in text[text.index(begin):]:
+        start = text.index(begin)
         text = text[:start] + block + text[text.index(END, start) + len(END):]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"

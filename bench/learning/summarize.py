@@ -38,9 +38,10 @@ from recipe_dapo.dynamic_sampling import SKIP_METRIC_PREFIX as SKIP
 from recipe_dapo.tracking.run_log import read_metrics
 from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH
 
+from ablation_report import END, write_block  # the one writer of a doc's generated blocks (bench/learning)
+
 COLOURS = {"grpo": "tab:blue", "dapo": "tab:red", "dapo_skip": "tab:green"}
 LABELS = {"grpo": "GRPO baseline", "dapo": "DAPO (recipe defaults)", "dapo_skip": "DAPO + prompt skipping"}
-END = "<!-- END GENERATED -->"
 VAL_PATTERNS = (re.compile(r"^val/[^/]+/mean@\d+$"), re.compile(r"^val-core/[^/]+/acc/mean@\d+$"))
 # The panels are the run report's (recipe_dapo.report), drawn against generated tokens; validation shows mean@k only.
 VALIDATION_MEAN = report.Panel(
@@ -358,11 +359,4 @@ def write_outputs(
             END,
         ]
     )
-    results = Path(docs_dir) / pair.markdown
-    text = results.read_text() if results.exists() else f"# {pair.title}\n\n{pair.begin}\n{END}\n"
-    if pair.begin in text and END in text[text.index(pair.begin):]:
-        start = text.index(pair.begin)
-        text = text[:start] + generated + text[text.index(END, start) + len(END):]
-    else:
-        text = text.rstrip() + "\n\n" + generated + "\n"
-    results.write_text(text)
+    write_block(Path(docs_dir) / pair.markdown, pair.begin, generated, pair.title)
