@@ -8,6 +8,7 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from recipe_dapo.config.settings import PreemptionSettings
 from recipe_dapo.preflight.base import CheckReport, select
 from recipe_dapo.trainers.table import OPTIONS, V1_SAMPLER, V1_TRAINER_MODES, trainer_for
 
@@ -121,9 +122,10 @@ def rule_ignored_options(config: DictConfig, report: CheckReport) -> Iterable[st
 
 def rule_preemption(config: DictConfig, report: CheckReport) -> Iterable[str]:
     """dapo.preemption.grace_s bounds the wait for the pre-emption checkpoint: a positive number of seconds."""
-    grace = select(config, "dapo.preemption.grace_s", 30.0)
+    grace = select(config, "dapo.preemption.grace_s", PreemptionSettings.grace_s)
     if not isinstance(grace, (int, float)) or isinstance(grace, bool) or not grace > 0:
         yield (
             f"dapo.preemption.grace_s={grace}: the driver waits this many seconds after SIGTERM for the trainer to "
-            "finish its step and save; set a positive number below the scheduler's own grace period (e.g. 30)"
+            "finish its step and save; set a positive number below the scheduler's own grace period "
+            f"(e.g. {PreemptionSettings.grace_s:g})"
         )

@@ -337,9 +337,11 @@ def guard_driver(config) -> DriverGuard:
     """Install the driver's guard for this run (``main_dapo``)."""
     from omegaconf import OmegaConf
 
+    from recipe_dapo.config.settings import PreemptionSettings
+
     checkpoint_dir = config.trainer.get("default_local_dir")
     return DriverGuard(
-        grace_s=float(OmegaConf.select(config, "dapo.preemption.grace_s", default=30.0)),
+        grace_s=float(OmegaConf.select(config, "dapo.preemption.grace_s", default=PreemptionSettings.grace_s)),
         checkpoint_dir=os.path.abspath(checkpoint_dir) if checkpoint_dir else None,
         resume_hint=resume_hint(config),
     ).install()
