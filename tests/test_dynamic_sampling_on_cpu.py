@@ -653,3 +653,36 @@ def test_a_round_that_keeps_something_resets_the_empty_round_count():
 
     collected = collect_step(sampler, stream, scripted, step=1)
     assert collected.rounds == 6 and len(collected.batch) == 6
+
+
+def test_a_state_kept_in_memory_shares_the_pooled_payloads_and_puts_the_pool_back_as_it_stood():
+    """``state_dict(compact=False)``, the state a trainer keeps at the start of a step it may give up: a segment half
+    taken keeps its payload object (no copy) and how much of it was taken; loaded back after the step pooled and took
+    more, the sampler continues exactly as it would have from that moment (same groups, rows and counters)."""
+    config = make_config(train_batch_size=2)
+    sampler = DynamicSampler(config, DATAPROTO_OPS)
+    run_step(sampler, 1, [{"a": MIXED, "b": MIXED, "c": MIXED, "d": MIXED}])  # c and d carried over
+    run_step(sampler, 2, [{"e": MIXED}])  # c and d trained, e carried over
+    sampler.begin_step(3)
+    sampler.add_round(*make_round({"f": MIXED, "g": MIXED, "h": MIXED}))
+    sampler.take_training_batch()  # e, f taken: the segment of f, g, h is half taken
+    kept = sampler.state_dict(compact=False)
+    compact = sampler.state_dict()
+    pooled = [segment["payload"] for segment in kept["pool"]]
+    assert [segment["start"] for segment in kept["pool"]] == [1]  # f taken, g and h pooled
+    assert pooled[0] is sampler._pool._segments[0].payload  # shared, not copied
+    assert len(compact["pool"][0]["payload"]) == 4  # (the checkpoint's form: g and h only, copied)
+
+    def continue_from(state):
+        again = DynamicSampler(config, DATAPROTO_OPS)
+        again.load_state_dict(state)
+        batch, _ = run_step(again, 4, [{"i": MIXED, "j": ALL_RIGHT}])
+        return uids_of(batch), batch.batch["rollout_log_probs"].tolist(), again.state_dict()["totals"]
+
+    sampler.begin_step(4)  # the step given up: it pooled more groups and took some
+    sampler.add_round(*make_round({"x": MIXED, "y": MIXED}))
+    sampler.take_training_batch()
+    sampler.load_state_dict(kept)
+    assert sampler.pooled_groups == 2
+    assert continue_from(sampler.state_dict()) == continue_from(compact)
+    assert continue_from(sampler.state_dict())[0] == ["g", "g", "h", "h"]

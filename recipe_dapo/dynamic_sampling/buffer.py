@@ -105,8 +105,13 @@ class GroupBuffer:
             born_steps=np.concatenate(born) if born else np.empty(0, dtype=np.int64),
         )
 
-    def state_dict(self) -> list[dict]:
-        """The pooled groups (payloads included), compacted so that taken rows are not saved."""
+    def state_dict(self, compact: bool = True) -> list[dict]:
+        """The pooled groups (payloads included), compacted so that taken rows are not saved; ``compact=False``: the
+        segments as they stand (payloads shared, not copied, with how many groups each has given), for a state kept
+        in memory and loaded back in this process."""
+        if not compact:
+            return [{"payload": s.payload, "group_ids": s.group_ids, "offsets": s.offsets, "born_step": s.born_step,
+                     "born_version": s.born_version, "start": s.start} for s in self._segments]
         state = []
         for segment in self._segments:
             payload, offsets = segment.payload, segment.offsets
@@ -129,3 +134,5 @@ class GroupBuffer:
         for segment in state:
             self.add(segment["payload"], segment["group_ids"], segment["offsets"], int(segment["born_step"]),
                      segment.get("born_version"))
+            if self._segments:
+                self._segments[-1].start = int(segment.get("start", 0))

@@ -375,11 +375,12 @@ class DynamicSampler:
 
     # ---------------------------------------------------------------- checkpointing
 
-    def state_dict(self) -> dict:
-        """Everything needed to continue identically: pooled groups with payloads, estimate, counters."""
+    def state_dict(self, compact: bool = True) -> dict:
+        """Everything needed to continue identically: pooled groups with payloads, estimate, counters
+        (``compact=False``: the pool's payloads shared, not copied: a state kept in memory, ``GroupBuffer``)."""
         return {
             "version": STATE_VERSION,
-            "pool": self._pool.state_dict(),
+            "pool": self._pool.state_dict(compact),
             "keep_rate": self._keep_rate.state_dict(),
             "totals": asdict(self._totals),
             "tally": asdict(self._tally),
