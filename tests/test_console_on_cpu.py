@@ -262,3 +262,25 @@ def test_a_resume_says_which_steps_stay_and_which_are_logged_again(run_dir):
     assert printed == [f"metrics: a fresh start (no checkpoint to resume from), logging to "
                        f"{os.path.abspath(first.logger['file'].filepath)}"]
     first.finish()
+
+
+def test_once_a_stop_signal_came_the_console_shows_the_recipes_lines_and_not_the_aborted_rollouts_errors():
+    """A pre-empted v1 run aborts its engines' requests: its agent-loop workers then print an error and a traceback
+    per aborted prompt (about 2000 lines in a CPU run). Before the signal such an error is shown (a real failure);
+    after it (``quiet_workers``, called by the driver's guard) only the recipe's lines are, worker or driver."""
+    from recipe_dapo.tracking.noise import TAG, ConsoleRouter
+
+    worker = "\x1b[36m(_DAPOAgentLoopWorkerTQ pid=5312)\x1b[0m "
+    error = [worker + "ERROR:2026-11-26 21:20:24,426:Error in _run_prompt for uid=a63d689b",
+             worker + "Traceback (most recent call last):",
+             worker + '  File "/verl/experimental/agent_loop/agent_loop.py", line 695, in _run_agent_loop',
+             worker + "ray.exceptions.RayTaskError(IndexError): ray::RewardLoopWorker.compute_score()"]
+    summary = "\x1b[36m(DAPOTaskRunner pid=29834)\x1b[0m " + TAG + "run stopped by SIGTERM in step 3's generation"
+    router = ConsoleRouter()
+    router.starting = False
+    assert [router.route(line) for line in error] == [line for line in error]  # (the control: shown while training)
+    router.stopping = True
+    assert [router.route(line) for line in error] == [None] * len(error)
+    assert router.route(summary) == "run stopped by SIGTERM in step 3's generation"
+    assert router.route(TAG + "recipe_dapo: stopped by SIGTERM; last checkpoint: none", driver_stderr=True) == (
+        "recipe_dapo: stopped by SIGTERM; last checkpoint: none")

@@ -354,6 +354,7 @@ class ConsoleRouter:
         self.doing = "checking the configuration and the data"
         self._phases = [(re.compile(phase.pattern), phase) for phase in STARTUP_PHASES]
         self._phases_seen: set[int] = set()
+        self.stopping = False  # set once a stop signal came: see ``_route``
 
     def route(self, line: str, driver_stderr: bool = False) -> Optional[str]:
         """The text the console shows for ``line`` (one line, no newline), or None: the log file only.
@@ -406,6 +407,11 @@ class ConsoleRouter:
             return body[len(TAG):]
         if self.show_all:
             return line
+        if self.stopping and prefix:
+            # A run being stopped (pre-emption): the rollout workers' errors about the requests it aborted, and
+            # whatever else Ray's processes print as they go, are the log file's; the console keeps the recipe's
+            # lines (the summary, where to resume from).
+            return None
         if _PROGRESS.match(body):
             return body
         if prefix.startswith("(raylet"):
@@ -594,6 +600,13 @@ class RunOutput:
 
 
 _ACTIVE: Optional[RunOutput] = None
+
+
+def quiet_workers() -> None:
+    """From now on the console shows no line of Ray's processes but the recipe's own (the driver, once a stop signal
+    came); they all still reach the log file. A no-op where no console filter is installed."""
+    if _ACTIVE is not None:
+        _ACTIVE.router.stopping = True
 
 # Hydra's options that print something (the config, help, information) instead of running the job.
 _HYDRA_SHOW = ("--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p", "--info",
