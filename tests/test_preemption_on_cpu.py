@@ -162,7 +162,8 @@ def test_a_second_signal_to_the_process_group_exits_at_once_with_the_first_signa
     output, took = end_of(driver, lines, ray_processes, signalled)
     assert driver.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "SIGTERM received: stopping the run (a second SIGTERM exits at once)" in output, output[-3000:]
-    assert "the trainer finishes its step and saves a checkpoint (up to dapo.preemption.grace_s=60 s)" in output
+    assert ("the trainer gives up a step in generation (finishes one in its update) and saves (up to "
+            "dapo.preemption.grace_s=60 s)") in output
     assert "second SIGINT: exiting now without waiting for the trainer; last checkpoint: none" in output, output[-3000:]
     assert took < 5, took
     print(f"second signal: exit {driver.returncode} {took:.2f} s after it")
@@ -380,3 +381,112 @@ def test_v1_trainer_reports_a_full_disk_in_one_line_and_removes_the_step(tmp_pat
     with pytest.raises(CheckpointWriteError, match=r"global_step_2 not written \(disk full: \[Errno 28\] No space"):
         trainer.on_step_end()
     assert not (tmp_path / "ckpt" / "global_step_2").exists()
+
+
+# --------------------------------------------------------------------------------- a step given up in generation
+
+
+class Flag:
+    """The stop flag as the trainer reads it: raised ``after_s`` seconds from now (None: never)."""
+
+    def __init__(self, after_s=None):
+        self.at = None if after_s is None else time.monotonic() + after_s
+        self.reads = 0
+
+    def __call__(self):
+        self.reads += 1
+        return "SIGTERM" if self.at is not None and time.monotonic() >= self.at else None
+
+
+def test_a_blocking_call_in_generation_is_interrupted_within_the_poll_interval_and_the_handler_is_put_back():
+    from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck, StepGivenUp
+
+    before = signal.getsignal(signal.SIGINT)
+    check = GiveUpCheck(Flag(after_s=0.3), poll_s=0.2).armed_for(7)
+    began = time.monotonic()
+    with pytest.raises(StepGivenUp) as given_up:
+        with GenerationWindow(check):
+            time.sleep(30)  # a C call the interrupt must break into, as Ray's ray.get
+    assert time.monotonic() - began < 2.0
+    assert (given_up.value.signal_name, given_up.value.step) == ("SIGTERM", 7)
+    assert signal.getsignal(signal.SIGINT) is before
+
+    # The positive control: without a request the call runs to its end, and the flag was read meanwhile.
+    flag = Flag(after_s=None)
+    with GenerationWindow(GiveUpCheck(flag, poll_s=0.05).armed_for(8)):
+        time.sleep(0.4)
+    assert flag.reads >= 3 and signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_request_as_the_window_closes_gives_the_step_up_there_and_never_later_in_the_step():
+    """The flag read just as the rollout call returns: the interrupt is on its way while the window closes. It must
+    surface inside the ``with`` (the step is given up), never as a stray KeyboardInterrupt in the update after it."""
+    from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck, StepGivenUp
+
+    before = signal.getsignal(signal.SIGINT)
+    outcomes = {"inside": 0, "stray": 0}
+    for attempt in range(40):
+        check = GiveUpCheck(Flag(after_s=0.0), poll_s=0.0).armed_for(1)
+        try:
+            try:
+                with GenerationWindow(check):
+                    end = time.monotonic() + attempt * 0.0005  # the body ends around when the thread fires
+                    while time.monotonic() < end:
+                        pass
+            except StepGivenUp:
+                outcomes["inside"] += 1
+            end = time.monotonic() + 0.05  # "the update": no interrupt may arrive here
+            while time.monotonic() < end:
+                pass
+        except KeyboardInterrupt:
+            outcomes["stray"] += 1
+    assert outcomes == {"inside": 40, "stray": 0}
+    assert signal.getsignal(signal.SIGINT) is before  # however early the interrupt came, the window put it back
+
+
+def test_a_real_sigint_in_the_window_still_reaches_the_previous_handler_and_outside_the_main_thread_nothing_fires():
+    import threading
+
+    from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck
+
+    flag = Flag(after_s=None)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        with GenerationWindow(GiveUpCheck(flag, poll_s=0.05).armed_for(1)):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    assert type(interrupted.value) is KeyboardInterrupt  # Python's own, not a given-up step
+
+    finished = []
+
+    def elsewhere():
+        with GenerationWindow(GiveUpCheck(Flag(after_s=0.0), poll_s=0.0).armed_for(1)):
+            time.sleep(0.3)
+        finished.append(True)
+
+    worker = threading.Thread(target=elsewhere)
+    worker.start()
+    worker.join()
+    assert finished == [True]
+
+
+def test_the_check_reads_the_flag_at_most_once_per_interval_and_never_when_disarmed():
+    from recipe_dapo.trainers.preemption import GiveUpCheck, StepGivenUp
+
+    now = [100.0]
+    flag = Flag(after_s=None)
+    check = GiveUpCheck(flag, poll_s=1.0, clock=lambda: now[0])
+    check()
+    assert flag.reads == 0  # not armed: the step is past its update
+    check.armed_for(4)
+    check(), check()
+    assert flag.reads == 1
+    now[0] += 1.0
+    check()
+    assert flag.reads == 2
+    flag.at = 0.0
+    now[0] += 1.0
+    with pytest.raises(StepGivenUp, match="SIGTERM in step 4's generation"):
+        check()
+    check.disarm()
+    now[0] += 1.0
+    check()

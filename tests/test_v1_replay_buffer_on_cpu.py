@@ -180,6 +180,62 @@ def test_checkpoint_round_trip_puts_the_pooled_trajectories_back(transfer_queue)
     assert len(rollouts.submitted) == 1
 
 
+class StallingRollouts(ScriptedRollouts):
+    """After ``finish`` more groups, prompts stay pending (a step still generating when a stop request comes)."""
+
+    def __init__(self, tq, outcomes):
+        super().__init__(tq, outcomes)
+        self.finish: int | None = None
+
+    def __call__(self, num_prompts: int) -> int:
+        if self.finish is None:
+            return super().__call__(num_prompts)
+        finishing = min(num_prompts, self.finish)
+        self.finish -= finishing
+        super().__call__(finishing)
+        for _ in range(num_prompts - finishing):
+            uid = str(uuid.uuid4())
+            self.tq.kv_batch_put(keys=[uid], partition_id="train",
+                                 tags=[{"is_prompt": True, "status": "pending", "global_steps": self.step}])
+        self.submitted.append(num_prompts - finishing)
+        return num_prompts
+
+
+def test_a_step_given_up_while_waiting_for_groups_goes_back_to_the_pool_it_started_from(transfer_queue):
+    """Sync mode: a stop request while step 2 waits for its groups raises ``StepGivenUp`` at the next poll; the
+    buffer rewound to the state taken as the step began saves the group step 1 pooled and not the one step 2 pooled
+    meanwhile (its prompt is drawn again from the rewound dataloader: sync mode saves no TransferQueue). The async
+    modes keep no start state (verl's TransferQueue snapshot keeps their prompts in flight)."""
+    from recipe_dapo.trainers.preemption import GiveUpCheck, StepGivenUp
+
+    tq = transfer_queue
+    clear_partition(tq)
+    rollouts = StallingRollouts(tq, [MIXED, ALL_RIGHT, ALL_RIGHT])
+    buffer = make_buffer(rollouts, max_staleness=3)
+    batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
+    assert metrics["dynamic_sampling/carried_out_groups"] == 1  # 12 prompts, 4 qualified, 3 trained
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+    pooled_at_start = sorted(buffer.state_dict()["tags"])
+
+    start = buffer.step_start()
+    rollouts.step, rollouts.finish = 2, 1
+    requests = []
+    buffer.groups.give_up = GiveUpCheck(lambda: requests.append(1) or "SIGTERM", poll_s=0.0).armed_for(2)
+    with pytest.raises(StepGivenUp, match="SIGTERM in step 2's generation"):
+        buffer.sample(global_steps=2, partition_id="train", batch_size=BATCH)
+    assert requests, "the stop flag was never read"
+    assert len(buffer.state_dict()["tags"]) == 2 * N  # (the positive control: step 2 pooled a group)
+    buffer.rewind(start)
+    state = buffer.state_dict()
+    assert sorted(state["tags"]) == pooled_at_start and len(state["trajectories"]) == N
+    assert buffer.sampler.pooled_groups == 1
+
+    disarmed = GiveUpCheck(lambda: pytest.fail("a disarmed check read the flag"), poll_s=0.0)
+    disarmed()  # (never armed: a step past its update finishes)
+    buffer.drain = False
+    assert buffer.step_start() is None
+
+
 def test_refills_stop_where_the_drain_could_overflow_the_next_step(transfer_queue):
     """max_staleness=1: every prompt in flight might qualify, so pooled + in flight stay within 2 * BATCH and the
     surplus carried out always fits the next step (which trains it first): no qualifying group is dropped."""

@@ -12,12 +12,19 @@ training loop begins:
   nothing trained in this launch is lost), and the driver exits at once. A flag: the guard raises it and waits up to
   ``dapo.preemption.grace_s`` (30 s by default, a scheduler's usual notice) for the trainer. Ray failing to look the
   flag up or to raise it (an error, no answer in time) ends the driver at once with a line naming that failure;
-- the trainer (:class:`TrainerWatch`) reads the flag at each step boundary (one small Ray call per step). Once
-  raised, it finishes the step it is in, writes that step's checkpoint (sampler state included) unless one exists,
-  skips validation, logs the step, prints the end-of-run summary with the resume line and returns;
+- the trainer (:class:`TrainerWatch`) reads the flag at each step boundary (one small Ray call per step), and every
+  :data:`GIVE_UP_POLL_S` while a step generates (:class:`GiveUpCheck`). Raised while the step generates (before its
+  update), the step is given up (:class:`StepGivenUp`): the classic trainer's rollout call is interrupted
+  (:class:`GenerationWindow`), the v1 trainer leaves its wait for groups at the next poll; the engines' requests are
+  aborted, the sampler, the prompt stream and the dataloader go back to where the step found them (v1's async modes
+  keep their state: verl's TransferQueue snapshot holds the prompts in flight), and that is saved as the previous
+  step's checkpoint unless one exists: nothing of the step is kept and a rerun trains it on the same prompts. Raised
+  later in the step (the update), the step finishes and is saved; validation is skipped. Either way the trainer prints
+  the end-of-run summary with the resume line and returns;
 - the driver then prints where to resume from and exits with ``128 + signal`` (143 for SIGTERM, 130 for SIGINT).
 
-Bound: the rest of the current step (generation rounds, update) plus one checkpoint save; when the trainer has not
+Bound: a second or so plus one checkpoint save for a step in generation; the rest of the update plus one save for a
+step in its update; when the trainer has not
 stopped after ``dapo.preemption.grace_s`` seconds, or on a second signal (SIGTERM or SIGINT), the driver exits at once
 with the first signal's status (the last good checkpoint is named). Ray's own driver handlers (``ray.init``'s
 ``sys.exit(15)``, which a ``ray.init`` in progress swallows, the head node's kill-everything handler, and the core
@@ -140,6 +147,139 @@ class Preempted(Exception):
     """Raised inside a trainer's loop to leave it after the pre-emption checkpoint (the step is logged)."""
 
 
+GIVE_UP_POLL_S = 0.25
+"""How often a step that is generating reads the stop flag (a step in generation is given up within about this)."""
+
+
+class StepGivenUp(KeyboardInterrupt):
+    """The stop flag was raised while the step generated: the step is given up (nothing it generated is kept), the
+    trainer puts back the state it started from (its prompts return to the stream) and saves that as the previous
+    step's checkpoint. A ``KeyboardInterrupt`` so that it passes through ``except Exception`` in verl's and Ray's
+    code, and so that Ray's ``ray.get`` lets it out (Ray turns a signal handler's ``KeyboardInterrupt`` into the
+    call's exception; other exceptions it does not)."""
+
+    def __init__(self, signal_name: str, step: int):
+        super().__init__(f"{signal_name} in step {step}'s generation")
+        self.signal_name, self.step = signal_name, step
+
+
+class GiveUpCheck:
+    """Reads the stop flag at most every :data:`GIVE_UP_POLL_S` seconds while a step generates (``requested``: the
+    flag's reader, :meth:`RecipeRun.stop_requested`). ``armed_for(step)`` arms it for a step that has changed nothing
+    yet; ``disarm()`` once the step has (an update): then the step finishes as a step in its update does."""
+
+    def __init__(self, requested: Callable[[], Optional[str]], poll_s: float = GIVE_UP_POLL_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self._requested = requested
+        self.poll_s = float(poll_s)
+        self._clock = clock
+        self._last = -float("inf")
+        self.step: Optional[int] = None
+
+    def armed_for(self, step: int) -> "GiveUpCheck":
+        self.step = int(step)
+        return self
+
+    def disarm(self) -> None:
+        self.step = None
+
+    def due(self) -> Optional[str]:
+        """The signal's name when the armed step must be given up (the flag read when the poll interval passed)."""
+        if self.step is None:
+            return None
+        now = self._clock()
+        if now - self._last < self.poll_s:
+            return None
+        self._last = now
+        return self._requested()
+
+    def __call__(self) -> None:
+        """At a safe point of the step (between polls of the rollout): raise :class:`StepGivenUp` when it is due."""
+        signal_name = self.due()
+        if signal_name:
+            raise StepGivenUp(signal_name, self.step)
+
+
+class GenerationWindow:
+    """A blocking rollout call (the classic trainer's ``generate_sequences``: a ``ray.get`` in the task runner's main
+    thread) that a stop request interrupts: while the window is open a thread runs ``check.due()`` and, once due,
+    sends SIGINT to the main thread, whose handler (the window's, while it is open) raises :class:`StepGivenUp`; Ray's
+    ``ray.get`` runs pending signal handlers while it waits, so the call ends at once. A request that comes just as the
+    window closes still gives the step up (raised on leaving the window), never later in the step. Outside the main
+    thread (no signal handlers there) the window does nothing: the step finishes, as one in its update does."""
+
+    def __init__(self, check: GiveUpCheck):
+        self._check = check
+        self._lock = threading.RLock()  # the handler runs in the main thread, which may hold it in __exit__
+        self._open = False
+        self._fired: Optional[str] = None
+        self._done = threading.Event()
+        self._previous = None
+        self._thread: Optional[threading.Thread] = None
+
+    def __enter__(self) -> "GenerationWindow":
+        if self._check.step is None or threading.current_thread() is not threading.main_thread():
+            return self
+        self._previous = signal.signal(signal.SIGINT, self._handler)
+        self._open, self._fired = True, None
+        self._done.clear()
+        self._thread = threading.Thread(target=self._watch, name="recipe_dapo-give-up", daemon=True)
+        try:
+            self._thread.start()
+        except BaseException:  # the interrupt came before the body began: the window closes all the same
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _watch(self) -> None:
+        while not self._done.wait(min(self._check.poll_s, 0.2)):
+            signal_name = self._check.due()
+            if not signal_name:
+                continue
+            with self._lock:
+                if self._open:
+                    self._fired = signal_name
+                    # A real signal to the main thread: it breaks a blocking system call (EINTR), where
+                    # ``_thread.interrupt_main`` would wait for the call to return on its own.
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            return
+
+    def _handler(self, signum, frame) -> None:
+        with self._lock:
+            fired, still_open = self._fired, self._open
+        if fired and still_open:
+            raise StepGivenUp(fired, self._check.step)
+        if not fired:  # a real SIGINT to this process: what would have happened without the window
+            previous = self._previous
+            if callable(previous):
+                previous(signum, frame)
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if self._thread is None:
+            return False
+        try:  # the interrupt may land anywhere in here, even before the window is marked closed
+            with self._lock:
+                self._open = False
+            self._done.set()
+            self._thread.join()
+            _let_pending_signals_run()  # an interrupt already on its way meets the closed window here, not later
+        finally:
+            self._open = False
+            self._done.set()
+            self._thread = None
+            signal.signal(signal.SIGINT, self._previous)
+        if self._fired and kind is None:
+            raise StepGivenUp(self._fired, self._check.step)
+        return False
+
+
+def _let_pending_signals_run() -> None:
+    """A Python-level call: the interpreter runs pending signal handlers before it (in the main thread)."""
+    signal.getsignal(signal.SIGINT)
+
+
 # ------------------------------------------------------------------------------------------------ driver side
 
 
@@ -235,6 +375,9 @@ class DriverGuard:
                     return
                 self.signum = signum
                 _say(f"recipe_dapo: {name} received: stopping the run (a second {name} exits at once)")
+                from recipe_dapo.tracking.noise import quiet_workers
+
+                quiet_workers()  # the aborted rollouts' errors go to the log file
                 if not self._raise_the_flag(name):
                     return
                 deadline = time.monotonic() + self.grace_s
@@ -272,8 +415,8 @@ class DriverGuard:
             self._leave(f"{name}: {where} failed ({type(error).__name__}: {_first_line(error)}): stopped without a "
                         "final save")
             return False
-        _say(f"recipe_dapo: the trainer finishes its step and saves a checkpoint (up to dapo.preemption.grace_s="
-             f"{self.grace_s:g} s)")
+        _say("recipe_dapo: the trainer gives up a step in generation (finishes one in its update) and saves (up to "
+             f"dapo.preemption.grace_s={self.grace_s:g} s)")
         return True
 
     @staticmethod

@@ -6,7 +6,8 @@ v1 trainers) hold one ``RecipeRun`` and are thin adapters of verl's hooks onto i
 - the sampler's config, built from the run config by ``dynamic_sampling.config.sampler_config`` (the v1 trainer's
   replay buffer builds it from ``trainer.v1.sampler.sampler_kwargs`` with the same function);
 - the update guard (``step_metrics.UpdateGuard``: skipped non-finite updates counted, too many stop the run);
-- the pre-emption watch (``preemption.TrainerWatch``) and the signal that stopped the run;
+- the pre-emption watch (``preemption.TrainerWatch``), the signal that stopped the run, and giving up a step that is
+  still generating (``preemption.GiveUpCheck`` / ``GenerationWindow``, the rollout aborted: ``abandon_rollout``);
 - the tracker (``tracking.tracker``) and the outcome it prints when a run does not train every step;
 - the rollout's liveness probe beside verl's weight syncs (``rollout_liveness``);
 - the recipe's state in checkpoints with the update guard's, the guarded save, and the resume line;
@@ -28,10 +29,13 @@ from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig, sampler_c
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.checkpoint_state import checkpoint_exists, guarded_save, load_recipe_state, resume_line, \
     save_recipe_state
-from recipe_dapo.trainers.preemption import TrainerWatch
+from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck, TrainerWatch
 from recipe_dapo.trainers.step_metrics import UpdateGuard
 
 logger = logging.getLogger(__name__)
+
+ABANDON_TIMEOUT_S = 10.0
+"""Longest wait for the rollout replicas to abort and sleep when a step in generation is given up."""
 
 def failed_outcome(step: int, error: BaseException) -> str:
     return f"failed at step {step} ({type(error).__name__})"
@@ -40,6 +44,12 @@ def failed_outcome(step: int, error: BaseException) -> str:
 def stopped_outcome(signal_name: str, where: str) -> str:
     """``where``: ``"before step 3"`` or ``"after step 2"``."""
     return f"stopped by {signal_name} {where}"
+
+
+def given_up_outcome(signal_name: str, step: int) -> str:
+    """A step given up in generation: nothing of it was kept, and a rerun trains it again on the same prompts."""
+    return stopped_outcome(signal_name, f"in step {step}'s generation (step {step} given up: its prompts are trained "
+                                        "when the run resumes)")
 
 
 class RecipeRun:
@@ -78,6 +88,55 @@ class RecipeRun:
         if signal_name and not self.stopped_by:
             self.stopped_by = signal_name
         return signal_name
+
+    @property
+    def give_up(self) -> GiveUpCheck:
+        """The stop flag as a step in generation reads it (``preemption.GiveUpCheck``; armed by the trainer for a step
+        that has trained nothing yet)."""
+        check = self.__dict__.get("_give_up")
+        if check is None:
+            check = self.__dict__["_give_up"] = GiveUpCheck(self.stop_requested)
+        return check
+
+    def generation_window(self) -> GenerationWindow:
+        """Around a blocking rollout call: a stop request interrupts it (``preemption.GenerationWindow``)."""
+        return GenerationWindow(self.give_up)
+
+    @staticmethod
+    def abandon_rollout(checkpoint_manager: Any, timeout_s: float = ABANDON_TIMEOUT_S) -> None:
+        """A given-up step's rollout: every replica's requests aborted (later ones refused), then the replicas put to
+        sleep (the actor's save may need their device memory), through verl's checkpoint manager. Bounded by
+        ``timeout_s``: an engine that does not answer must not use up the scheduler's notice; a failure is logged."""
+        import threading
+
+        def abandon() -> None:
+            try:
+                if hasattr(checkpoint_manager, "abort_replicas"):
+                    checkpoint_manager.abort_replicas(reject_request=True)
+                checkpoint_manager.sleep_replicas()
+            except Exception as error:  # the save comes next whatever the engines say
+                logger.warning("pre-emption: stopping the rollout replicas failed (%s: %s); saving anyway",
+                               type(error).__name__, error)
+
+        if checkpoint_manager is None:
+            return
+        worker = threading.Thread(target=abandon, name="recipe_dapo-abandon-rollout", daemon=True)
+        worker.start()
+        worker.join(timeout_s)
+        if worker.is_alive():
+            logger.warning("pre-emption: the rollout replicas did not stop within %g s; saving anyway", timeout_s)
+
+    def checkpoint_previous_step(self, trainer: Any) -> None:
+        """Before step ``trainer.global_steps`` (a run stopping there): checkpoint the step before it through the
+        trainer's own save, unless it is saved or there is none."""
+        step = int(trainer.global_steps)
+        if step <= 1 or not self.needs_checkpoint(step - 1):
+            return
+        trainer.global_steps = step - 1
+        try:
+            trainer._save_checkpoint()
+        finally:
+            trainer.global_steps = step
 
     def needs_checkpoint(self, step: int) -> bool:
         """Step ``step`` is not yet the last good checkpoint (a pre-empted run saves it)."""

@@ -2,15 +2,15 @@
 it; a resume test resumes from a copy of a trained run's checkpoint instead of training the first steps again.
 
 Six launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
-``classic_run`` and ``v1_run`` (3 steps each), a v1 resume in colocate_async mode whose engine is killed (from a
-copy of ``v1_run``), a classic and a v1 resume stopped by SIGTERM to their process group (from copies of
-``classic_run``, compared with it, and of ``v1_run``), and the
+``classic_run`` and ``v1_run`` (3 steps each), then the JOBS acting on resumed copies of them: a v1 resume in
+colocate_async mode whose engine is killed, a classic and a v1 resume stopped by SIGTERM to their process group (the
+classic one compared with ``classic_run``), and the
 two-node DP 2 Ray job of tests/e2e/test_scale_on_cpu.py, on nodes whose environment has verl 0.9.0 (``verl_overlay``)
 and not the recipe (its DP 1 reference is ``classic_run``, on verl 0.9.1).
 
 The session fixtures are defined once, in tests/conftest.py (which imports them from here): a test module that imported
-them itself would get fixtures of its own, and launch the runs again. ``classic_run`` and ``v1_run`` start at the
-session's first test and train in the background while the unit tests run (``SharedRuns``).
+them itself would get fixtures of its own, and launch the runs again. The runs, commands and jobs the session's tests
+read start at its first test and run in the background, one at a time, while the unit tests run (``SharedRuns``).
 """
 
 from __future__ import annotations
@@ -63,6 +63,20 @@ COMMANDS = {
 }
 
 
+# Launches that act on a trained run's resumed copy while it trains (a signal, a killed engine) and record what
+# happened: queued after the run they copy, so that they too run while the unit tests do; the test that reads one
+# (``<name>_run`` fixture) asserts on the record (``Acted``). name -> (the run it copies, the function).
+JOBS: dict = {}
+
+
+def acting_on(copied: str):
+    """Registers a JOBS entry: ``function(copied_folder, work_dir, assets) -> Acted``."""
+    def register(function):
+        JOBS[function.__name__] = (copied, function)
+        return function
+    return register
+
+
 def default_script_env(work_dir: Path, assets: dict, python: str = sys.executable) -> dict:
     """The environment `scripts/run_dapo_cpu.sh` runs in: the session's default inputs, ``python`` as PYTHON."""
     return dict(
@@ -98,7 +112,7 @@ class Launch:
         """Until ``text`` is on the console; fails if the run ends or the time runs out first."""
         deadline = time.monotonic() + timeout
         while text not in self.console() and self.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert text in self.console(), f"{text!r} never came (exit {self.process.poll()}):\n{self.console()[-4000:]}"
 
     def end(self, timeout: float = 600) -> tuple[int, float]:
@@ -208,6 +222,70 @@ def checkpoint_differences(one: Path, other: Path) -> list[str]:
     return differing[:20] + ([f"... and {len(differing) - 20} more"] if len(differing) > 20 else [])
 
 
+class Acted:
+    """A JOBS launch's record: its folder, exit status, seconds from the act to the exit, console, and what the job
+    found while acting (``found``)."""
+
+    def __init__(self, folder: Path, returncode: int, took: float, console: str, found=None):
+        self.folder, self.returncode, self.took, self.console, self.found = folder, returncode, took, console, found
+
+
+def _resumed_after_step_1(copied: Path, work_dir: Path, assets: dict, trainer: str, *overrides: str,
+                          until: str, log_name: str) -> tuple[Path, "Launch"]:
+    """A copy of ``copied`` as a kill after step 1 left it, resumed with ``trainer``'s settings and ``overrides``,
+    waited on until ``until`` is on its console."""
+    folder = copy_as_killed_after(copied, 1, work_dir / "resumed")
+    run = Launch(folder, assets, *TRAINERS[trainer], *overrides, log_name=log_name)
+    try:
+        run.wait_for(until)
+    except BaseException:
+        run.kill()
+        raise
+    return folder, run
+
+
+@acting_on("classic")
+def classic_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
+    """The classic run resumed from step 1 (its settings without scheduled saves and validation, 4 steps), SIGTERM to
+    its whole process group once step 2 is on the console (tests/e2e/test_e2e_dapo_cpu_on_cpu.py reads it)."""
+    folder, run = _resumed_after_step_1(
+        copied, work_dir, assets, "classic", "trainer.total_training_steps=4", "trainer.test_freq=-1",
+        "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", "trainer.rollout_data_dir=rollouts",
+        until="step 2/4", log_name="signalled.log")
+    os.killpg(run.process.pid, signal.SIGTERM)  # the launch is a process group of its own, led by the driver
+    returncode, took = run.end()
+    return Acted(folder, returncode, took, run.console())
+
+
+@acting_on("v1")
+def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
+    """The v1 run resumed from step 1 (4 steps, no scheduled save or validation), SIGTERM to its process group once
+    step 2 is on the console."""
+    folder, run = _resumed_after_step_1(
+        copied, work_dir, assets, "v1", "trainer.total_training_steps=4", "trainer.test_freq=-1",
+        "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", until="step 2/4", log_name="signalled.log")
+    os.killpg(run.process.pid, signal.SIGTERM)
+    returncode, took = run.end()
+    return Acted(folder, returncode, took, run.console())
+
+
+@acting_on("v1")
+def v1_engine_kill(copied: Path, work_dir: Path, assets: dict) -> Acted:
+    """The v1 run resumed from step 1 in colocate_async mode (3 steps, each saved), its vLLM engine processes killed
+    (kill -9) once step 2 is on the console; ``found``: how many engines were killed."""
+    folder, run = _resumed_after_step_1(
+        copied, work_dir, assets, "v1", "trainer.v1.trainer_mode=colocate_async", "trainer.total_training_steps=3",
+        "trainer.test_freq=-1", "trainer.save_freq=1", "dapo.overlong_filter.enable=true",
+        until="step 2/3", log_name="resumed.log")
+    engines = run.descendants_named("EngineCore")
+    for engine in engines:  # the engine dies under a running v1 step
+        engine.kill()
+    if not engines:
+        run.kill()
+    returncode, took = run.end(timeout=300)
+    return Acted(folder, returncode, took, run.console(), found=len(engines))
+
+
 class SharedRuns:
     """The session's shared runs (``classic_run``, ``v1_run``, and the commands of COMMANDS), each launched once, one after the other, in a
     background thread. tests/conftest.py starts the ones the session's tests will read at its first test and runs the
@@ -231,6 +309,11 @@ class SharedRuns:
         if name in COMMANDS:
             self._runs[name] = self._pool.submit(self._command, work_dir, COMMANDS[name](work_dir), dict(os.environ))
             return
+        if name in JOBS:
+            copied, function = JOBS[name]
+            self.start(copied)  # queued before: the pool runs one at a time, in order
+            self._runs[name] = self._pool.submit(self._job, copied, function, work_dir)
+            return
         env, cwd = default_script_env(work_dir, self._assets), os.getcwd()
         self._runs[name] = self._pool.submit(self._launch, work_dir, env, cwd, (*TRAINERS[name], *SHARED_RUN))
 
@@ -238,11 +321,15 @@ class SharedRuns:
         """The run's folder and console output, once it ended; fails with the console's tail if the run failed. For a
         command of COMMANDS: its folder and CompletedProcess, whatever its exit status."""
         self.start(name)
-        if name in COMMANDS:
+        if name in COMMANDS or name in JOBS:
             return self._runs[name].result()
         work_dir, output, returncode = self._runs[name].result()
         assert returncode == 0, f"the {name} run failed (exit {returncode}), log tail:\n{output[-6000:]}"
         return work_dir, output
+
+    def _job(self, copied: str, function, work_dir: Path) -> Acted:
+        folder, _ = self.result(copied)  # done: queued before this job
+        return function(folder, work_dir, self._assets)
 
     def _command(self, work_dir: Path, argv: list[str], env: dict, timeout: float = 840):
         process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -311,15 +398,31 @@ def ablation_smoke_run(shared_runs) -> tuple[Path, subprocess.CompletedProcess]:
     return shared_runs.result("ablation_smoke")
 
 
+@pytest.fixture(scope="session")
+def classic_sigterm_run(shared_runs) -> Acted:
+    return shared_runs.result("classic_sigterm")
+
+
+@pytest.fixture(scope="session")
+def v1_sigterm_run(shared_runs) -> Acted:
+    return shared_runs.result("v1_sigterm")
+
+
+@pytest.fixture(scope="session")
+def v1_engine_kill_run(shared_runs) -> Acted:
+    return shared_runs.result("v1_engine_kill")
+
+
 def shared_runs_read_by(items) -> list[str]:
-    """The shared runs and commands the collected tests read (directly, or as a ``trained_run`` parameter), in launch
-    order: the commands first (the e2e tests that read them come first), then the trainers' runs."""
+    """The shared runs, commands and jobs the collected tests read (directly, or as a ``trained_run`` parameter), in
+    launch order: the commands first (the e2e tests that read them come first), then the trainers' runs, then the
+    jobs acting on their copies."""
     wanted = set()
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        wanted.update(name for name in (*COMMANDS, *TRAINERS) if f"{name}_run" in item.fixturenames
+        wanted.update(name for name in (*COMMANDS, *TRAINERS, *JOBS) if f"{name}_run" in item.fixturenames
                       or params.get("trained_run") == name)
-    return [name for name in (*COMMANDS, *TRAINERS) if name in wanted]
+    return [name for name in (*COMMANDS, *TRAINERS, *JOBS) if name in wanted]
 
 
 # The older verl release the recipe supports (setup.py), and pip's messages when it cannot reach the package index to

@@ -4,13 +4,13 @@
 Real Ray, real vLLM-CPU rollouts, real FSDP2 updates, the recipe's reward manager, loss and dynamic sampler. The
 trained runs are shared by the whole session (``tests/e2e/e2e_runs.py``); each resume test resumes from a copy of one
 of them (the v1 one in colocate_async mode, then kills its engine; a classic and a v1 one are stopped by SIGTERM to
-their process group, the classic one checked against the uninterrupted run).
+their process group while a step generates, which is given up; the classic one checked against the uninterrupted
+run).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 
@@ -18,9 +18,7 @@ import pytest
 
 from e2e_runs import (  # (the session's shared runs classic_run and v1_run: fixtures of tests/conftest.py)
     TRAINERS,
-    Launch,
     checkpoint_differences,
-    copy_as_killed_after,
     dumped_inputs,
     logged_steps,
     metrics_file,
@@ -146,7 +144,7 @@ def full_or_flagged_partial(metrics: dict) -> bool:
 
 
 def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within_seconds_when_its_engine_dies(
-        v1_run, default_assets, tmp_path):
+        v1_engine_kill_run):
     """One launch for three v1 checks. A copy of the v1 run as a kill after step 1 left it, resumed with
     ``trainer.v1.trainer_mode=colocate_async`` (a sync run moved to the colocated async trainer on resume: both modes
     keep the same recipe state and TransferQueue snapshot):
@@ -161,17 +159,9 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
 
     verl v1's streaming refills depend on the order in which groups finish, so the steps are not compared with the
     uninterrupted run."""
-    resumed = copy_as_killed_after(v1_run[0], 1, tmp_path / "resumed")
-    run = Launch(resumed, default_assets, *TRAINERS["v1"], "trainer.v1.trainer_mode=colocate_async",
-                 "trainer.total_training_steps=3", "trainer.test_freq=-1", "trainer.save_freq=1",
-                 "dapo.overlong_filter.enable=true", log_name="resumed.log")
-    run.wait_for("step 2/3")
-    engines = run.descendants_named("EngineCore")
-    assert engines, "no vLLM EngineCore process under the driver"
-    for engine in engines:  # the engine dies under a running v1 step
-        engine.kill()
-    returncode, took = run.end(timeout=300)
-    console = run.console()
+    acted = v1_engine_kill_run  # (the launch: tests/e2e/e2e_runs.py, v1_engine_kill)
+    resumed, returncode, took, console = acted.folder, acted.returncode, acted.took, acted.console
+    assert acted.found, "no vLLM EngineCore process under the driver"
     assert returncode != 0, console[-4000:]
     assert took < 90, f"the run took {took:.0f} s to end after its engine died"
     assert "DAPOTrainerV1ColocateAsync (trainer.use_v1=true, trainer_mode=colocate_async)" in console
@@ -201,7 +191,8 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
     assert (checkpoint / "dapo_state.pt").exists() and (checkpoint / "transfer_queue").exists()
 
 
-def test_sigterm_to_a_resumed_run_saves_the_state_the_uninterrupted_run_saved(classic_run, tmp_path, default_assets):
+def test_sigterm_in_generation_gives_the_step_up_and_saves_the_state_the_uninterrupted_run_saved_before_it(
+        classic_run, classic_sigterm_run):
     """One launch for the classic trainer's resume and its pre-emption. A copy of the classic run as
     a kill after step 1 left it, resumed:
 
@@ -209,63 +200,63 @@ def test_sigterm_to_a_resumed_run_saves_the_state_the_uninterrupted_run_saved(cl
       responses (seeded rollouts, on with platform=cpu) and the same loss: the sampler's pooled groups, the prompt
       stream and the dataloader came back from the checkpoint;
     - SIGTERM to the launch's whole process group (as ``kill -TERM -PGID`` sends it: the driver, and Ray's processes
-      unless they run in a session of their own) during step 3: the trainer finishes its step, saves it (no save was
-      scheduled: save_freq=-1) with the sampler's state, the console says where to resume from, and the launch exits
-      143 within the default grace (dapo.preemption.grace_s, 30 s). The checkpoint it saved holds what the
-      uninterrupted run's scheduled save of that step holds (weights, optimizer, the sampler's pool and counters, the
-      prompt stream, the dataloader), so a rerun of the same command continues from it as this launch continued from
-      step 1.
+      unless they run in a session of their own) once step 2 is on the console, while step 3 generates: the trainer
+      gives step 3 up (the rollout call is interrupted, the engines' requests aborted), puts the sampler, the prompt
+      stream and the dataloader back where step 3 found them and saves that as step 2's checkpoint (no save was
+      scheduled: save_freq=-1); the console says where to resume from and the launch exits 143 within the default
+      grace (dapo.preemption.grace_s, 30 s). That checkpoint holds what the uninterrupted run's scheduled save of step
+      2 holds (weights, optimizer, the sampler's pool and counters, the prompt stream, the dataloader): nothing of the
+      given-up step is left, and a rerun trains step 3 on the same prompts as the uninterrupted run.
 
-    The launch asks for 4 steps (the learning rate is constant: the step count changes nothing a step trains), so the
-    signal, sent once step 2 is on the console, lands in step 3 or before step 4, never after the last step."""
+    Step 3 generates for 2-3 s here and the trainer reads the flag every 0.25 s, so the signal nearly always lands in
+    generation; one read only after it lets step 3 finish and save, and then that checkpoint must equal the
+    uninterrupted run's of step 3 (which path was taken is printed; ``bench/preemption.py`` counts them)."""
     import json
     import signal
 
     whole, _ = classic_run
-    signalled = copy_as_killed_after(whole, 1, tmp_path / "signalled")
-    # classic_run's settings, without its scheduled saves and validation (neither changes what a step trains).
-    run = Launch(signalled, default_assets, *TRAINERS["classic"], "trainer.total_training_steps=4",
-                 "trainer.test_freq=-1", "trainer.save_freq=-1", "dapo.overlong_filter.enable=true",
-                 "trainer.rollout_data_dir=rollouts", log_name="signalled.log")
-    run.wait_for("step 2/4")
-    os.killpg(run.process.pid, signal.SIGTERM)  # the launch is a process group of its own, led by the driver
-    returncode, took = run.end()
-    console = run.console()
+    # The launch (tests/e2e/e2e_runs.py, classic_sigterm): classic_run's settings without its scheduled saves and
+    # validation (neither changes what a step trains), 4 steps.
+    acted = classic_sigterm_run
+    signalled, returncode, took, console = acted.folder, acted.returncode, acted.took, acted.console
     assert returncode == 128 + signal.SIGTERM, console[-4000:]
     assert took < 30, took  # (the default grace: the driver exits without a save past it)
     assert "resumed at step 1:" in console
     saved = sorted(int(path.name.split("_")[-1]) for path in (signalled / "checkpoints").glob("global_step_*"))
-    assert saved[0] == 1 and len(saved) == 2 and saved[1] in (3, 4), (saved, console[-4000:])
-    step = saved[1]
-    assert (signalled / "checkpoints" / f"global_step_{step}" / "dapo_state.pt").exists()
+    given_up = "stopped by SIGTERM in step 3's generation (step 3 given up" in console
+    # Given up (or stopped before step 3): step 2 saved. A flag read only after step 3's generation (it lasts 2-3 s
+    # here) lets step 3 finish: step 3 saved, as an uninterrupted run's scheduled save.
+    step = 2 if given_up or "stopped by SIGTERM before step 3" in console else 3
+    assert step == 2 or "stopped by SIGTERM after step 3" in console, console[-4000:]
+    assert saved == [1, step], (saved, console[-4000:])
     assert (signalled / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(step)
     assert f"stopped by SIGTERM; last checkpoint: {signalled / 'checkpoints' / f'global_step_{step}'}" in console
     assert "to resume: rerun the same command" in console
-    assert f"step {step + 1}/4" not in console  # the run stopped after the step it was in
-    print(f"SIGTERM -> exit in {took:.1f} s, checkpoint of step {step}")
+    assert f"step {step + 1}/4" not in console
+    print(f"SIGTERM -> exit in {took:.1f} s, {'step 3 given up in generation' if given_up else f'step {step} saved'}")
 
     lines = [json.loads(line) for line in metrics_file(signalled).read_text().splitlines()]
     assert [line["step"] for line in lines if line["step"] > 0] == list(range(1, step + 1))  # nothing lost or twice
     assert dumped_inputs(signalled, 2) != dumped_inputs(whole, 1)  # it resumed rather than starting over
-    for later in range(2, min(step, 3) + 1):
+    for later in range(2, step + 1):
         assert dumped_inputs(signalled, later) == dumped_inputs(whole, later), later
         again, first = logged_steps(signalled)[later], logged_steps(whole)[later]
         for key in ("response_length/mean", "critic/score/mean", "actor/pg_loss", "actor/grad_norm",
                     "dynamic_sampling/carried_in_groups", "dynamic_sampling/num_gen_rounds"):
             assert again[key] == pytest.approx(first[key], rel=1e-5, abs=1e-7), (later, key)
-    if step == 3:  # (step 4, a signal slower than a whole step, has no uninterrupted counterpart)
-        differing = checkpoint_differences(signalled / "checkpoints" / "global_step_3",
-                                           whole / "checkpoints" / "global_step_3")
-        assert not differing, differing
+    differing = checkpoint_differences(signalled / "checkpoints" / f"global_step_{step}",
+                                       whole / "checkpoints" / f"global_step_{step}")
+    assert not differing, differing
 
 
-def test_v1_sigterm_to_the_process_group_saves_a_checkpoint_a_rerun_resumes_from(v1_run, tmp_path, default_assets):
+def test_v1_sigterm_to_the_process_group_saves_a_checkpoint_a_rerun_resumes_from(v1_run, v1_sigterm_run):
     """The v1 trainer pre-empted as schedulers do it: a copy of the v1 run as a kill after step 1 left it, resumed,
-    gets SIGTERM on its whole process group once step 2 is on the console. The trainer finishes the step it is in,
-    saves it where verl saves (no save was scheduled: save_freq=-1) with the sampler's state and verl's TransferQueue
-    snapshot, prints the summary, and the launch exits 143 within the default grace (30 s). The
-    checkpoint holds every file the uninterrupted run's scheduled save of step 2 holds, and it is the one a rerun of
-    the same command resumes from (verl's tracker file, the recipe's completeness check)."""
+    gets SIGTERM on its whole process group once step 2 is on the console, while step 3 waits for its groups. The
+    trainer gives step 3 up at its next poll (sync mode: the sampler and the dataloader back where step 3 found them),
+    saves that as step 2's checkpoint where verl saves (no save was scheduled: save_freq=-1), prints the summary, and
+    the launch exits 143 within the default grace (30 s). The checkpoint holds every file the uninterrupted run's
+    scheduled save of step 2 holds, and it is the one a rerun of the same command resumes from (verl's tracker file,
+    the recipe's completeness check)."""
     import signal
 
     import torch
@@ -274,25 +265,22 @@ def test_v1_sigterm_to_the_process_group_saves_a_checkpoint_a_rerun_resumes_from
     from recipe_dapo.trainers.checkpoint_guard import damaged_files
 
     whole, _ = v1_run
-    signalled = copy_as_killed_after(whole, 1, tmp_path / "signalled")
-    run = Launch(signalled, default_assets, *TRAINERS["v1"], "trainer.total_training_steps=4", "trainer.test_freq=-1",
-                 "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", log_name="signalled.log")
-    run.wait_for("step 2/4")
-    os.killpg(run.process.pid, signal.SIGTERM)
-    returncode, took = run.end()
-    console = run.console()
+    acted = v1_sigterm_run  # (the launch: tests/e2e/e2e_runs.py, v1_sigterm)
+    signalled, returncode, took, console = acted.folder, acted.returncode, acted.took, acted.console
     assert returncode == 128 + signal.SIGTERM, console[-4000:]
     assert took < 30, took
     assert "DAPOTrainerV1 (" in console and "resumed at step 1:" in console
     checkpoints = signalled / "checkpoints"
     saved = sorted(int(path.name.split("_")[-1]) for path in checkpoints.glob("global_step_*"))
-    assert saved[0] == 1 and len(saved) == 2 and saved[1] in (2, 3), (saved, console[-4000:])
+    # Step 3 in generation when the flag is read: given up, step 2 saved with the state step 3 found (sync mode).
+    assert saved == [1, 2], (saved, console[-4000:])
     step = saved[1]
+    assert "stopped by SIGTERM in step 3's generation (step 3 given up" in console, console[-4000:]
     folder = checkpoints / f"global_step_{step}"
     assert f"stopped by SIGTERM; last checkpoint: {folder}" in console, console[-4000:]
     assert "to resume: rerun the same command" in console
     assert f"step {step + 1}/4" not in console
-    print(f"v1: SIGTERM to the process group -> exit {returncode} in {took:.1f} s, checkpoint of step {step}")
+    print(f"v1: SIGTERM to the process group -> exit {returncode} in {took:.1f} s, step 3 given up, step {step} saved")
 
     assert latest_checkpoint(str(checkpoints)) == str(folder) and not damaged_files(str(folder))
     files = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())

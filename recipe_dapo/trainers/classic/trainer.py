@@ -56,7 +56,9 @@ from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
 from recipe_dapo.trainers.nodes import log_placement
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, stopped_outcome
+from recipe_dapo.trainers.preemption import StepGivenUp
+from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
+    stopped_outcome
 from recipe_dapo.trainers.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
 from recipe_dapo.trainers.validation_metrics import equal_samples_per_problem, with_problem_uids
 
@@ -139,7 +141,11 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 if self.stop_between_steps():
                     break
                 SkipManager.set_step(self.global_steps)
-                self.train_step()
+                try:
+                    self.train_step()
+                except StepGivenUp as given_up:
+                    self.give_up_step(given_up)
+                    break
                 progress.update(1)
                 if self.stopped_by:
                     break
@@ -161,15 +167,22 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         signal_name = self.recipe.stop_requested()
         if not signal_name:
             return False
-        done = self.global_steps - 1
-        if done > 0 and self.recipe.needs_checkpoint(done):
-            self.global_steps = done
-            try:
-                self._save_checkpoint()
-            finally:
-                self.global_steps = done + 1
-        self.tracker.finish(exit_code=1, outcome=stopped_outcome(signal_name, f"before step {done + 1}"))
+        self._save_done_and_finish(stopped_outcome(signal_name, f"before step {self.global_steps}"))
         return True
+
+    def give_up_step(self, given_up: StepGivenUp) -> None:
+        """A pre-emption request while step ``global_steps`` generated: the rollout stops, the sampler, the prompt
+        stream and the dataloader go back to where the step found them (its prompts return), and that state is saved
+        as the previous step's checkpoint (unless saved), so a rerun trains this step as if it had never begun."""
+        self.recipe.abandon_rollout(getattr(self, "checkpoint_manager", None))
+        self.replicas.awake = False
+        self._load_recipe_state(self._step_start)
+        self._save_done_and_finish(given_up_outcome(given_up.signal_name, self.global_steps))
+
+    def _save_done_and_finish(self, outcome: str) -> None:
+        """Checkpoint step ``global_steps - 1`` (unless saved or none) and end the run with ``outcome``."""
+        self.recipe.checkpoint_previous_step(self)
+        self.tracker.finish(exit_code=1, outcome=outcome)
 
     def save_if_preempted(self, timing: dict) -> bool:
         """End of a step: on a pre-emption request, checkpoint this step (unless saved); True if the run stops."""
@@ -185,7 +198,11 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         metrics, timing = {}, {}
         is_last_step = self.global_steps >= self.total_training_steps
         with marked_timer(STEP_TIMER, timing):
+            # Until the update, a stop request gives the step up: it starts again from this state on resume.
+            self._step_start = self._recipe_state(compact=False)
+            self.recipe.give_up.armed_for(self.global_steps)
             batch = self.collect_filtered_batch(metrics, timing)
+            self.recipe.give_up.disarm()
             with marked_timer("rollout_sleep", timing):
                 self.replicas.sleep()  # however many rounds ran (none, one, several): the actor needs the memory
             if batch is not None:
@@ -245,7 +262,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self._seed_rollouts(gen_batch)
         with marked_timer("wake_replicas", timing, color="red"):
             self.replicas.ready_for_generation(self.global_steps)  # a no-op unless asleep or behind the actor
-        with marked_timer(GEN_TIMER, timing, color="red"):
+        with marked_timer(GEN_TIMER, timing, color="red"), self.recipe.generation_window():
             output = self.async_rollout_manager.generate_sequences(gen_batch)
         # Per-round meta_info must not travel with the rollouts: rounds (and carried-over groups from
         # earlier steps) are concatenated later, and DataProto.concat requires equal meta_info.
@@ -423,23 +440,30 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
     def _save_checkpoint(self):
         """verl's checkpoint plus the sampler, the prompt stream and the dataloader position (``RecipeRun``: written
         first, so a run killed at any moment resumes from a complete checkpoint; a failed save raises one line)."""
-        state = {
-            "sampler": self.sampler.state_dict(),
+        self.recipe.save_checkpoint(self.global_steps, self._recipe_state(), super()._save_checkpoint)
+
+    def _recipe_state(self, compact: bool = True) -> dict:
+        """Where the prompts stand: the sampler (pooled groups, counters), the prompt stream, the dataloader
+        (``compact=False``: a state kept in memory, the pooled payloads not copied)."""
+        return {
+            "sampler": self.sampler.state_dict(compact),
             "prompt_stream": self.prompt_stream.state_dict(),
             "dataloader": self.train_dataloader.state_dict(),
         }
-        self.recipe.save_checkpoint(self.global_steps, state, super()._save_checkpoint)
+
+    def _load_recipe_state(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        self.prompt_stream.load_state_dict(state["prompt_stream"])
+        # The base skips the dataloader restore at "epoch boundaries" counted in its own batches, which do
+        # not line up with DAPO's steps; the position saved with the sampler is authoritative.
+        self.train_dataloader.load_state_dict(state["dataloader"])
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
         state = self.recipe.load_checkpoint(self.global_steps)
         if state is None:
             return result
-        self.sampler.load_state_dict(state["sampler"])
-        self.prompt_stream.load_state_dict(state["prompt_stream"])
-        # The base skips the dataloader restore at "epoch boundaries" counted in its own batches, which do
-        # not line up with DAPO's steps; the position saved with the sampler is authoritative.
-        self.train_dataloader.load_state_dict(state["dataloader"])
+        self._load_recipe_state(state)
         stream = state["prompt_stream"]
         self.recipe.announce_resume(self.global_steps, self.sampler.pooled_groups,
                                     f"epoch {stream['epoch']}, {stream['prompts_taken']} prompts taken")

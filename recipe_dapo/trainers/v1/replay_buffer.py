@@ -93,6 +93,7 @@ class TransferQueueGroups:
         self.tags: dict[str, dict] = {}  # trajectory key -> TransferQueue tag, for groups judged and not yet freed
         self._keys_of: dict[str, list[str]] = {}  # uid -> its trajectory keys
         self.watch = StallWatch(None, 0.0)  # the trainer sets the rollout's liveness probe
+        self.give_up: Callable[[], None] = lambda: None  # the trainer's pre-emption check (``preemption.GiveUpCheck``)
 
     # ---------------------------------------------------------------- GroupStream
 
@@ -106,10 +107,12 @@ class TransferQueueGroups:
 
     def wait(self) -> None:
         """The poll interval (``timing_s/poll_wait``); then, if nothing has come back for a while, the liveness probe
-        (raises RolloutDied)."""
+        (raises RolloutDied), and the pre-emption check (raises ``StepGivenUp``: between two polls, the step's state
+        is whole)."""
         with CLOCK.timing(POLL_WAIT):
             time.sleep(self._poll_interval_s)
         self.watch.check(self.in_flight())
+        self.give_up()
 
     def poll(self) -> Optional[ScoredRound]:
         listing = tq.kv_list(self._partition_id) or {}
@@ -273,6 +276,21 @@ class DAPOReplayBuffer(ReplayBuffer):
                 f"filter metric {self.config.metric!r} varies within groups"
             )
         return self.groups.batch_meta(collected.batch), metrics
+
+    # ---------------------------------------------------------------- a step given up in generation
+
+    def step_start(self) -> Optional[dict]:
+        """What a step given up in generation goes back to, taken as the step begins: in sync mode the sampler (its
+        pooled groups' trajectories stay in TransferQueue until a step takes or drops them, which a given-up step
+        never reaches); in the async modes nothing (``None``): verl's TransferQueue snapshot keeps the prompts the
+        step submitted, in flight, so the state at the moment of giving up is the one to save."""
+        return self.sampler.state_dict(compact=False) if self.drain else None
+
+    def rewind(self, start: Optional[dict]) -> None:
+        """Back to :meth:`step_start`'s state (sync mode): the groups this step pooled are forgotten (never saved:
+        verl saves no TransferQueue in sync mode) and its prompts are drawn again from the rewound dataloader."""
+        if start is not None:
+            self.sampler.load_state_dict(start)
 
     # ---------------------------------------------------------------- checkpoints
 

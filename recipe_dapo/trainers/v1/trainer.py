@@ -32,8 +32,9 @@ from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, registe
 from recipe_dapo.compat.verl import v1_tracking
 from recipe_dapo.overlong import TRUNCATED_COLUMN
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
-from recipe_dapo.trainers.preemption import Preempted
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, stopped_outcome
+from recipe_dapo.trainers.preemption import Preempted, StepGivenUp
+from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
+    stopped_outcome
 from recipe_dapo.trainers.rollout_health import StallWatch
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step, uninstall_tq_timing
@@ -69,7 +70,9 @@ class _DAPOOnV1(HoldsRecipeRun):
         return {}
 
     def _update_actor(self, batch, metrics: dict):
-        """The actor update (a skipped, non-finite one is counted or stops the run: ``step_metrics.UpdateGuard``)."""
+        """The actor update (a skipped, non-finite one is counted or stops the run: ``step_metrics.UpdateGuard``).
+        From here on a stop request lets the step finish (it is saved)."""
+        self.recipe.give_up.disarm()
         result = self._update_actor_filtered(batch, metrics)
         self.recipe.observe_update(metrics, self.global_steps)
         return result
@@ -132,6 +135,7 @@ class _DAPOOnV1(HoldsRecipeRun):
                                              getattr(self, "llm_server_manager", None))
         self.replay_buffer.groups.watch = StallWatch(liveness, self.recipe.rollout_probe_s)
         self.recipe.watch_preemption()
+        self.replay_buffer.groups.give_up = self.recipe.give_up
         install_tq_timing()  # this process's TransferQueue reads and writes, per step (timing_s/tq_read, tq_write)
         try:
             with v1_tracking(lambda: self.recipe.open_tracker(resumed_step=self.global_steps,
@@ -139,6 +143,8 @@ class _DAPOOnV1(HoldsRecipeRun):
                 super().fit(agent_loop_manager)
         except Preempted:
             self.logger.finish(exit_code=1, outcome=stopped_outcome(self.stopped_by, f"after step {self.global_steps - 1}"))
+        except StepGivenUp as given_up:
+            self.give_up_step(given_up)
         except Exception as error:
             tracking = getattr(self, "logger", None)
             if tracking is not None and hasattr(tracking, "finish"):
@@ -161,6 +167,24 @@ class _DAPOOnV1(HoldsRecipeRun):
         if self.stopped_by:
             raise Preempted(self.stopped_by)
         super().on_step_begin()
+        # Until the update, a stop request gives the step up (``give_up_step``), from this state.
+        start = self.replay_buffer.step_start()
+        self._step_start = None if start is None else {"replay_buffer": start,
+                                                       "dataloader": self.train_dataloader.state_dict()}
+        self.recipe.give_up.armed_for(self.global_steps)
+
+    def give_up_step(self, given_up: StepGivenUp) -> None:
+        """A pre-emption request while step ``global_steps`` waited for its groups: the rollout stops; in sync mode the
+        sampler and the dataloader go back to where the step found them (its prompts return), in the async modes the
+        state stays as it is (verl's TransferQueue snapshot keeps the prompts in flight); that is saved as the
+        previous step's checkpoint (unless saved). The actor has not changed since that step."""
+        self.recipe.abandon_rollout(getattr(self, "checkpoint_manager", None))
+        start = getattr(self, "_step_start", None)
+        if start is not None:
+            self.replay_buffer.rewind(start["replay_buffer"])
+            self.train_dataloader.load_state_dict(start["dataloader"])
+        self.recipe.checkpoint_previous_step(self)
+        self.logger.finish(exit_code=1, outcome=given_up_outcome(given_up.signal_name, self.global_steps))
 
     def _validate(self, *args, **kwargs):
         if self.stopped_by:  # pre-empted: the time is the checkpoint's
