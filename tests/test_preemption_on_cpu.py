@@ -450,11 +450,16 @@ def test_a_real_sigint_in_the_window_still_reaches_the_previous_handler_and_outs
     from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck
 
     flag = Flag(after_s=None)
-    with pytest.raises(KeyboardInterrupt) as interrupted:
-        with GenerationWindow(GiveUpCheck(flag, poll_s=0.05).armed_for(1)):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(5)
-    assert type(interrupted.value) is KeyboardInterrupt  # Python's own, not a given-up step
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever the session set
+    try:
+        with pytest.raises(KeyboardInterrupt) as interrupted:
+            with GenerationWindow(GiveUpCheck(flag, poll_s=0.05).armed_for(1)):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+        assert type(interrupted.value) is KeyboardInterrupt  # the previous handler's, not a given-up step
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
     finished = []
 
@@ -490,3 +495,36 @@ def test_the_check_reads_the_flag_at_most_once_per_interval_and_never_when_disar
     check.disarm()
     now[0] += 1.0
     check()
+
+
+def test_v1_a_step_saved_whose_weight_sync_fails_is_logged_before_the_error_ends_the_run(tmp_path, monkeypatch):
+    """verl's v1 loop saves a step, then syncs the weights (``on_step_end``), then logs it: a dead engine failing the
+    sync would leave a saved step that was never logged (and a rerun resumes after it). The step's metrics reach the
+    metrics file first; a step that was not saved is not logged from there (its rerun logs it)."""
+    from recipe_dapo.trainers.rollout_health import RolloutDied
+
+    class NoSignal:
+        def requested(self):
+            return None
+
+    class Tracker:
+        def __init__(self):
+            self.logged = []
+
+        def log(self, data, step):
+            self.logged.append((step, data))
+
+    def failing_sync(step):
+        raise RolloutDied("the vLLM engine of rollout replica 0 is dead")
+
+    for saved in (True, False):
+        trainer = v1_trainer(tmp_path / str(saved), monkeypatch, [])
+        trainer.preemption, trainer.logger = NoSignal(), Tracker()
+        trainer.checkpoint_manager.update_weights = failing_sync
+        trainer._step_metrics = {"actor/pg_loss": 0.5}
+        if saved:
+            trainer._save_checkpoint()  # verl's scheduled save of step 2
+        with pytest.raises(RolloutDied):
+            trainer.on_step_end()
+        expected = [(2, {"actor/pg_loss": 0.5, "training/global_step": 2})] if saved else []
+        assert trainer.logger.logged == expected

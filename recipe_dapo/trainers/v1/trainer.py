@@ -63,6 +63,7 @@ class _DAPOOnV1(HoldsRecipeRun):
     def step(self, metrics: dict, timing_raw: dict):
         """verl's step, with where its time went in this process beyond verl's timers (``phase_timing``:
         ``timing_s/tq_read``, ``tq_write``, ``gen_tq``, ``poll_wait``)."""
+        self._step_metrics = metrics  # (verl's dict for the step: logged by on_step_end if the step ends there)
         return timed_step(super().step, self.replay_buffer, metrics, timing_raw)
 
     def prepare_step(self) -> dict:
@@ -161,7 +162,22 @@ class _DAPOOnV1(HoldsRecipeRun):
         if not self.stopped_by and self.recipe.stop_requested():
             if self.recipe.needs_checkpoint(self.global_steps):
                 self._save_checkpoint()
-        super().on_step_end()
+        try:
+            super().on_step_end()  # verl's weight sync, after verl saved the step
+        except Exception:
+            self._log_saved_step()
+            raise
+
+    def _log_saved_step(self) -> None:
+        """A step saved but ending before verl logs it (its weight sync failed: a dead engine): its metrics go to the
+        metrics file all the same, so that every step a rerun resumes after was logged."""
+        if self.recipe.needs_checkpoint(self.global_steps) or getattr(self, "logger", None) is None:
+            return
+        metrics = {**getattr(self, "_step_metrics", {}), "training/global_step": self.global_steps}
+        try:
+            self.logger.log(data=metrics, step=self.global_steps)
+        except Exception as error:  # the step's own error is the one to report
+            logger.warning("step %d was saved but its metrics could not be logged: %s", self.global_steps, error)
 
     def on_step_begin(self):
         if self.stopped_by:
