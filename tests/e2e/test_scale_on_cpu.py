@@ -3,7 +3,9 @@ have verl 0.9.0 (the older release the recipe supports, as on an existing cluste
 sent as a Ray job, and its step 1 against one rank (``classic_run``, on the main environment's verl 0.9.1).
 
 One training launch of its own (its DP 1 reference is the session's ``classic_run``, whose shape it shares:
-``TRAINERS["classic"]`` in tests/e2e/e2e_runs.py) and one short job that stops at the start-up check:
+``TRAINERS["classic"]`` in tests/e2e/e2e_runs.py) and one short job that stops at the start-up check, both sent in the
+background while the unit tests run (``run_scale_job``, one of tests/e2e/e2e_runs.py's JOBS; the tests read its
+record):
 
 - **The cluster** (``OperatorCluster``): ``ray start --head --num-gpus=1 ...`` and ``ray start --address=HEAD
   --num-gpus=1 ...`` on this machine, each node a raylet of its own with its own ports and stand-in GPU, both from a
@@ -76,7 +78,7 @@ import pytest
 import yaml
 
 # (classic_run, the DP 1 reference, and verl_overlay, the nodes' verl: session fixtures, tests/conftest.py)
-from e2e_runs import OLDER_VERL, REPO_ROOT, TRAINERS, kill_group, logged_steps, site_packages
+from e2e_runs import OLDER_VERL, REPO_ROOT, TRAINERS, in_background, kill_group, logged_steps, site_packages
 
 pytestmark = [
     pytest.mark.e2e,
@@ -110,12 +112,11 @@ def node_verl(overlay) -> str:
     return OLDER_VERL if overlay.python else importlib.metadata.version("verl")
 
 
-@pytest.fixture(scope="module")
-def verl_only_python(tmp_path_factory, verl_overlay) -> Path:
+def make_verl_only_python(folder: Path, verl_overlay) -> Path:
     """A Python environment with everything the main one has except the recipe, and verl 0.9.0 (the session's
     ``verl_overlay``) instead of the main verl where the package index was reachable: the cluster nodes'
     environment."""
-    venv = tmp_path_factory.mktemp("verl_only") / "venv"
+    venv = folder / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site, base_site = site_packages(python), site_packages(sys.executable)
@@ -133,10 +134,11 @@ def verl_only_python(tmp_path_factory, verl_overlay) -> Path:
     return python
 
 
-def cluster_env(python: Path) -> dict[str, str]:
+def cluster_env(python: Path, base: dict) -> dict[str, str]:
     """The environment a node's `ray start` runs in: the verl-only Python first on PATH (so the job's `python3` is
-    it), and none of this test's settings that would make the recipe importable or change the run."""
-    env = {key: value for key, value in os.environ.items() if key not in NOT_ON_THE_CLUSTER}
+    it), and none of the settings of ``base`` (the test session's) that would make the recipe importable or change the
+    run."""
+    env = {key: value for key, value in base.items() if key not in NOT_ON_THE_CLUSTER}
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(RAY_USAGE_STATS_ENABLED="0", **RAY_AUTH)
     return env
@@ -152,9 +154,9 @@ class OperatorCluster:
     """A head and a second node started with `ray start --block` (each in a process group of its own, so that
     stopping them ends exactly their processes; no `ray stop`, which would end every Ray on this machine)."""
 
-    def __init__(self, python: Path, cwd: Path):
+    def __init__(self, python: Path, cwd: Path, base_env: dict):
         self.python, self.cwd = python, cwd
-        self.env = cluster_env(python)
+        self.base_env, self.env = base_env, cluster_env(python, base_env)
         # Short: Ray's unix sockets live under it (a socket path may not exceed 107 characters).
         self.temp_dir = tempfile.mkdtemp(prefix="rdj", dir="/tmp")
         self.gcs_port, self.dashboard_port = free_port(), free_port()
@@ -250,7 +252,7 @@ def submit(work_dir: Path, assets: dict, cluster: OperatorCluster, *overrides: s
     """``bash scripts/ray_job_submit.sh scripts/run_dapo_cpu.sh OVERRIDES`` from this (recipe-installed) environment,
     waiting for the job; the job's output is what `ray job submit` follows."""
     env = dict(
-        {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "PYTHONPATH")},
+        {key: value for key, value in cluster.base_env.items() if key not in ("RAY_ADDRESS", "PYTHONPATH")},
         PYTHON=sys.executable,
         WORK_DIR=str(work_dir),
         MODEL_PATH=assets["model_path"],
@@ -277,11 +279,12 @@ def job_overrides(work_dir: Path) -> tuple[str, ...]:
             "trainer.nnodes=2", "trainer.n_gpus_per_node=1")
 
 
-@pytest.fixture(scope="module")
-def scale_job(tmp_path_factory, default_assets, verl_only_python):
-    """The cluster's nodes, the refused job's output, and the DP 2 job's folder, output and log file."""
-    base = tmp_path_factory.mktemp("scale_job")
-    cluster = OperatorCluster(verl_only_python, base)
+@in_background("verl_overlay", name="scale_job")
+def run_scale_job(runs, base: Path, default_assets: dict, env: dict) -> dict:
+    """The cluster's nodes, the refused job's output, and the DP 2 job's folder, output and log file; run in the
+    background while the unit tests run (tests/e2e/e2e_runs.py JOBS), on the nodes' environment (``python``)."""
+    verl_only_python = make_verl_only_python(base / "verl_only", runs.result("verl_overlay"))
+    cluster = OperatorCluster(verl_only_python, base, env)
     try:
         cluster.start()
         # First the cheap one: the code shipped, but nothing makes `import verl` load the recipe's plugin.
@@ -301,6 +304,7 @@ def scale_job(tmp_path_factory, default_assets, verl_only_python):
     leftover = cluster.cluster_pids()
     log_file = work_dir / "recipe_dapo" / "dapo_cpu.log"
     return {
+        "python": verl_only_python,
         "nodes": cluster.nodes,
         "leftover": leftover,
         "refused": refused,
@@ -312,6 +316,16 @@ def scale_job(tmp_path_factory, default_assets, verl_only_python):
     }
 
 
+@pytest.fixture(scope="module")
+def scale_job(shared_runs) -> dict:
+    return shared_runs.result("scale_job")
+
+
+@pytest.fixture(scope="module")
+def verl_only_python(scale_job) -> Path:
+    return scale_job["python"]
+
+
 def test_the_cluster_environment_has_verl_but_not_the_recipe(verl_only_python, verl_overlay):
     probe = subprocess.run(
         [str(verl_only_python), "-c",
@@ -319,7 +333,7 @@ def test_the_cluster_environment_has_verl_but_not_the_recipe(verl_only_python, v
          "print(m.version('verl'), verl.__file__)\n"
          "print([ep.value for ep in m.entry_points(group='verl.plugins')])\n"
          "import recipe_dapo\n"],
-        cwd="/", env=cluster_env(verl_only_python), capture_output=True, text=True, timeout=300,
+        cwd="/", env=cluster_env(verl_only_python, os.environ), capture_output=True, text=True, timeout=300,
     )
     assert "No module named 'recipe_dapo'" in probe.stderr, probe.stderr[-3000:]
     version, origin = probe.stdout.splitlines()[0].split()
