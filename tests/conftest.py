@@ -14,7 +14,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # modules would be two fixtures, each launching its run (tests/e2e/e2e_runs.py).
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 from e2e_runs import (  # noqa: E402,F401
-    ablation_smoke_run, classic_run, classic_sigterm_run, shared_runs, shared_runs_read_by, v1_engine_kill_run, v1_run,
+    TIMELINE, ablation_smoke_run, classic_run, classic_sigterm_run, shared_runs, shared_runs_read_by, v1_engine_kill_run, v1_run,
     v1_sigterm_run, verl_overlay,
 )
 
@@ -25,6 +25,15 @@ def pytest_configure(config):
         "e2e: multi-minute end-to-end runs (real Ray, vLLM, training); they live in tests/e2e and tests/gpu; "
         "`-m 'not e2e'` runs the unit tests alone",
     )
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The background queue's timeline (seconds from the session's start), to see whether the tests waited for it."""
+    runs = config.stash.get(TIMELINE, None)
+    if runs is not None and runs.timeline:
+        terminalreporter.section("shared runs (seconds from the session's start)")
+        for line in runs.summary():
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -312,6 +313,19 @@ class SharedRuns:
         self._runs: dict = {}
         self._launched: list[Launch] = []
         self._commands: list[subprocess.Popen] = []
+        self._began = time.monotonic()
+        self.timeline: dict[str, dict] = {}  # name -> seconds from the session's start: started, ended, read, waited
+
+    def _submit(self, name: str, function, *args):
+        """``function(*args)`` in the queue, its start and end noted in ``timeline``."""
+        def timed():
+            entry = self.timeline.setdefault(name, {})
+            entry["started"] = time.monotonic() - self._began
+            try:
+                return function(*args)
+            finally:
+                entry["ended"] = time.monotonic() - self._began
+        self._runs[name] = self._pool.submit(timed)
 
     def start(self, name: str) -> None:
         if name in self._runs:
@@ -320,21 +334,27 @@ class SharedRuns:
         # The environment and folder of this moment, in the main thread: not those of a unit test that monkeypatches
         # os.environ or changes directory while the run waits for its turn.
         if name in COMMANDS:
-            self._runs[name] = self._pool.submit(self._command, work_dir, COMMANDS[name](work_dir), dict(os.environ))
+            self._submit(name, self._command, work_dir, COMMANDS[name](work_dir), dict(os.environ))
             return
         if name in JOBS:
             needs, function = JOBS[name]
             for need in needs:
                 self.start(need)  # queued before: the pool runs one at a time, in order
-            self._runs[name] = self._pool.submit(function, self, work_dir, self._assets, dict(os.environ))
+            self._submit(name, function, self, work_dir, self._assets, dict(os.environ))
             return
         env, cwd = default_script_env(work_dir, self._assets), os.getcwd()
-        self._runs[name] = self._pool.submit(self._launch, work_dir, env, cwd, (*TRAINERS[name], *SHARED_RUN))
+        self._submit(name, self._launch, work_dir, env, cwd, (*TRAINERS[name], *SHARED_RUN))
 
     def result(self, name: str) -> tuple[Path, str]:
         """The run's folder and console output, once it ended; fails with the console's tail if the run failed. For a
         command of COMMANDS: its folder and CompletedProcess, whatever its exit status."""
         self.start(name)
+        entry = self.timeline.setdefault(name, {})
+        if "read" not in entry and threading.current_thread() is threading.main_thread():
+            # the first test that reads it: how long the foreground waited for the queue (not a job reading its need)
+            entry["read"] = time.monotonic() - self._began
+            self._runs[name].exception()  # waits
+            entry["waited"] = time.monotonic() - self._began - entry["read"]
         if name in COMMANDS or name in JOBS:
             return self._runs[name].result()
         work_dir, output, returncode = self._runs[name].result()
@@ -365,6 +385,16 @@ class SharedRuns:
             returncode = run.process.returncode
         return work_dir, run.console(), returncode
 
+    def summary(self) -> list[str]:
+        """One line per run of the queue: when it started and ended, when a test first read it and how long that
+        test waited (seconds from the session's start): where the foreground waited, the queue is the CI's
+        critical path; where it did not, the queue has room."""
+        lines = []
+        for name, entry in sorted(self.timeline.items(), key=lambda item: item[1].get("started", float("inf"))):
+            times = " ".join(f"{key} {entry[key]:.0f}" for key in ("started", "ended", "read", "waited") if key in entry)
+            lines.append(f"{name}: {times}")
+        return lines
+
     def close(self) -> None:
         """At the session's end: runs not started are dropped, a run still training (no test read it: a session
         stopped early) is killed with its Ray and vLLM processes."""
@@ -378,6 +408,9 @@ class SharedRuns:
         self._pool.shutdown(wait=True)
 
 
+TIMELINE = pytest.StashKey()  # the session's SharedRuns, for the summary at its end (tests/conftest.py)
+
+
 def kill_group(pid: int) -> None:
     """SIGKILL to the process group ``pid`` leads (a launch, a Ray node), if any of it is left."""
     try:
@@ -387,8 +420,9 @@ def kill_group(pid: int) -> None:
 
 
 @pytest.fixture(scope="session")
-def shared_runs(tmp_path_factory, default_assets):
+def shared_runs(tmp_path_factory, default_assets, pytestconfig):
     runs = SharedRuns(tmp_path_factory, default_assets)
+    pytestconfig.stash[TIMELINE] = runs
     yield runs
     runs.close()
 
