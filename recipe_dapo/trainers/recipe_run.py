@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 ABANDON_TIMEOUT_S = 10.0
 """Longest wait for the rollout replicas to abort and sleep when a step in generation is given up."""
 
+
 def failed_outcome(step: int, error: BaseException) -> str:
     return f"failed at step {step} ({type(error).__name__})"
 
@@ -63,6 +64,7 @@ class RecipeRun:
         self.stopped_by: Optional[str] = None  # the signal's name once the run stopped for pre-emption
         self.tracker: Any = None  # opened by the trainer's loop (``open_tracker``)
         self._stop_ids: Optional[list[int]] = None
+        self._give_up = GiveUpCheck(self.stop_requested)
 
     # ------------------------------------------------------------------ the sampler
 
@@ -93,10 +95,7 @@ class RecipeRun:
     def give_up(self) -> GiveUpCheck:
         """The stop flag as a step in generation reads it (``preemption.GiveUpCheck``; armed by the trainer for a step
         that has trained nothing yet)."""
-        check = self.__dict__.get("_give_up")
-        if check is None:
-            check = self.__dict__["_give_up"] = GiveUpCheck(self.stop_requested)
-        return check
+        return self._give_up
 
     def generation_window(self) -> GenerationWindow:
         """Around a blocking rollout call: a stop request interrupts it (``preemption.GenerationWindow``)."""
