@@ -111,6 +111,24 @@ def test_tied_embedding_peaks_at_the_end_of_the_backward():
     assert not any(t.name.startswith("tied embedding") for t in untied.terms)
 
 
+def test_without_flash_attn_cuda_autocast_keeps_the_softmax_in_fp32():
+    # Without flash-attn's cross-entropy (here: padded batches) and without the compiled entropy, verl's per-row
+    # log_softmax and the entropy's softmax / logsumexp run under CUDA autocast, in fp32 (bench/memory_plan_check.py
+    # --device cuda: within 0.5% of max_memory_allocated on an H200); on CPU they stay bf16.
+    layout = dataclasses.replace(HAND_LAYOUT, remove_padding=False, compiled_entropy=False)
+    gpu = {p.name: p for p in plan_memory(layout, HAND, None).phases}
+    cpu = {p.name: p for p in plan_memory(dataclasses.replace(layout, device="cpu"), HAND, None).phases}
+    # The update's 2,048 tokens: the logits and their packed copy in bf16, the log_softmax outputs in fp32 on GPUs.
+    assert gpu["actor update"].term("logits, packed copy, log_softmax outputs [tokens, vocab] (2 x bf16 + fp32)") \
+        == 2048 * 1000 * (2 + 2 + 4)
+    assert cpu["actor update"].term("logits, packed copy, log_softmax outputs [tokens, vocab] (3 x bf16)") \
+        == 2048 * 1000 * 3 * 2
+    # The old log-probs' 4,096 tokens: the softmax, logsumexp's fp32 copy of the logits and its exponentials.
+    assert gpu["old log-prob"].term("entropy temporaries (softmax, logsumexp's fp32 copy and exp; 3 x fp32)") \
+        == 3 * 4096 * 1000 * 4
+    assert cpu["old log-prob"].term("entropy temporaries (softmax, softmax x logits; 2 x bf16)") == 2 * 4096 * 1000 * 2
+
+
 @pytest.fixture(scope="module")
 def small_one_gpu():
     return lambda *overrides: compose_size("small_one_gpu", list(overrides))

@@ -35,8 +35,9 @@ actor, the reference model when a KL term needs one, and a vLLM replica share ev
 
 The per-token activation bytes are counted from the tensors autograd saves in transformers' Qwen2 decoder layer under
 FSDP2's bf16 mixed precision (listed in :func:`layer_activation_bytes_per_token`); ``bench/memory_plan_check.py``
-compares every actor term with torch's ``FSDPMemTracker`` on a real verl FSDP engine update on CPU. What the CPU
-cannot show is marked as such in the terms' notes: the flash-attn cross-entropy kernel verl uses for log-probs on
+compares every actor term with torch's ``FSDPMemTracker`` on a real verl FSDP engine update on CPU, and with
+``--device cuda`` each phase with the CUDA allocator's peaks on one GPU (padded batches, no flash-attn). What neither
+shows is marked as such in the terms' notes: the flash-attn cross-entropy kernel verl uses for log-probs on
 GPUs (its gradient is written into the logits in place), vLLM's profiled activations, CUDA contexts and NCCL buffers
 (``dapo.memory.overhead_gib``), allocator fragmentation.
 """
@@ -564,18 +565,23 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
     around = Term("final norm, rotary tables, ids", t_up * (4 * m.hidden + 2 * b * m.hidden + 4 + 2 * b * m.head_dim
                                                             + 8 * (1 if lay.remove_padding else 2)), per_token=True)
     flash = gpu and lay.remove_padding and not lay.fused_kernels
+    # without flash-attn's kernel, verl's per-row log_softmax saves its outputs; CUDA autocast computes them in fp32
+    ls_b = 4 if gpu else b
+    ls_dtype, ls_note = _dtype_name(ls_b), ("; CUDA autocast computes them in fp32" if gpu else "")
     if lay.fused_kernels:
         logits = Term("logits (fused kernels: not materialised)", 0)
     elif flash:
         logits = Term(f"logits and their gradient [tokens, vocab] ({logits_dtype})", t_up * m.vocab * b,
                       "flash-attn cross-entropy writes the gradient into the logits: not measured on CPU", True)
     elif lay.remove_padding:
-        logits = Term(f"logits and log_softmax outputs [tokens, vocab] (2 x {logits_dtype})", 2 * t_up * m.vocab * b,
-                      "the per-row log_softmax outputs saved for backward", True)
+        logits = Term(f"logits and log_softmax outputs [tokens, vocab] "
+                      f"({f'2 x {logits_dtype}' if ls_b == b else f'{logits_dtype} + {ls_dtype}'})",
+                      t_up * m.vocab * (b + ls_b), "the per-row log_softmax outputs saved for backward" + ls_note, True)
     else:
-        logits = Term(f"logits, packed copy, log_softmax outputs [tokens, vocab] (3 x {logits_dtype})",
-                      3 * t_up * m.vocab * b, "padded batches: the model's logits, their packed copy and its per-row "
-                      "log_softmax outputs saved for backward", True)
+        logits = Term(f"logits, packed copy, log_softmax outputs [tokens, vocab] "
+                      f"({f'3 x {logits_dtype}' if ls_b == b else f'2 x {logits_dtype} + {ls_dtype}'})",
+                      t_up * m.vocab * (2 * b + ls_b), "padded batches: the model's logits, their packed copy and its "
+                      "per-row log_softmax outputs saved for backward" + ls_note, True)
     # Four moments of a micro-batch's forward and backward; the largest decides. verl passes reshard_after_forward
     # to fully_shard, so the root unit (with a tied embedding: embed_tokens = lm_head) is resharded after the forward
     # like every other unit, and lm_head's unit is gathered again for its backward.
@@ -665,6 +671,11 @@ def _entropy_term(tokens: int, m: ModelFacts, b: int, lay: Layout, no_grad: bool
     if not no_grad and lay.entropy_checkpointing:
         return Term("entropy (checkpointed: recomputed in backward)", 2 * tokens * m.vocab * b,
                     "softmax and softmax x logits, at the backward", True)
+    if lay.device != "cpu":
+        # CUDA autocast runs softmax and logsumexp in fp32: the softmax, logsumexp's fp32 copy of the logits and its
+        # kernel's exp temporary are alive at once (measured on an H200 with max_memory_allocated)
+        return Term("entropy temporaries (softmax, logsumexp's fp32 copy and exp; 3 x fp32)", 3 * tokens * m.vocab * 4,
+                    "CUDA autocast computes them in fp32", per_token=True)
     return Term(f"entropy temporaries (softmax, softmax x logits; 2 x {_dtype_name(b)})", 2 * tokens * m.vocab * b,
                 per_token=True)
 
