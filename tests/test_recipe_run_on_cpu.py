@@ -251,7 +251,10 @@ def test_the_v1_fit_logs_through_the_recipes_tracker_and_puts_verls_globals_back
                                             "trainer.logger=[file,console]"])
     trainer.global_steps, trainer.total_training_steps, trainer.replay_buffer = 0, 1, Buffer()
     outcomes = []
-    monkeypatch.setattr(DAPOTracking, "finish", lambda self, exit_code=0, outcome=None: outcomes.append(outcome))
+    # Every tracker's finish: verl's Tracking.__del__ calls it too, for the trackers of earlier tests whenever the
+    # garbage collector frees them; this run's tracker is picked out below.
+    monkeypatch.setattr(DAPOTracking, "finish",
+                        lambda self, exit_code=0, outcome=None: outcomes.append((self, outcome)))
     if ending == "failed":
         with pytest.raises(RuntimeError, match="a worker died"):
             trainer.fit(agent_loop_manager=None)
@@ -259,6 +262,7 @@ def test_the_v1_fit_logs_through_the_recipes_tracker_and_puts_verls_globals_back
         trainer.fit(agent_loop_manager=None)
 
     assert isinstance(trainer.logger, DAPOTracking) and seen["timed"] == "tq_read"
+    outcomes = [outcome for tracker, outcome in outcomes if tracker is trainer.logger]
     assert isinstance(trainer.replay_buffer.groups.watch, StallWatch)
     assert (trainer_base.Tracking, trainer_base.pprint, tq.kv_list) == (verls_tracking, verls_pprint, verls_kv_list)
     assert (tmp_path / "p" / "e.jsonl").read_text().startswith('{"step":1')

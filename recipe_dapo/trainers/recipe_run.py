@@ -64,7 +64,6 @@ class RecipeRun:
         self.stopped_by: Optional[str] = None  # the signal's name once the run stopped for pre-emption
         self.tracker: Any = None  # opened by the trainer's loop (``open_tracker``)
         self._stop_ids: Optional[list[int]] = None
-        self._give_up = GiveUpCheck(self.stop_requested)
 
     # ------------------------------------------------------------------ the sampler
 
@@ -94,8 +93,12 @@ class RecipeRun:
     @property
     def give_up(self) -> GiveUpCheck:
         """The stop flag as a step in generation reads it (``preemption.GiveUpCheck``; armed by the trainer for a step
-        that has trained nothing yet)."""
-        return self._give_up
+        that has trained nothing yet). Built on first use: it refers back to this run, and a run that never trains (a
+        dry run's, a test's) is then freed at once with its tracker instead of waiting for the cycle collector."""
+        check = self.__dict__.get("_give_up")
+        if check is None:
+            check = self.__dict__["_give_up"] = GiveUpCheck(self.stop_requested)
+        return check
 
     def generation_window(self) -> GenerationWindow:
         """Around a blocking rollout call: a stop request interrupts it (``preemption.GenerationWindow``)."""
