@@ -24,7 +24,7 @@ import subprocess
 
 import pytest
 
-from e2e_runs import OLDER_VERL as VERL, REPO_ROOT, default_script_env, metrics_file, overlay_env
+from e2e_runs import OLDER_VERL as VERL, REPO_ROOT, default_script_env, in_background, metrics_file, overlay_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -71,12 +71,28 @@ def test_use_v1_is_refused_on_verl_090_naming_both_versions_before_anything_star
     assert "Started a local Ray instance" not in output  # refused before Ray
 
 
-def test_the_tests_that_touch_verls_api_pass_on_verl_090(overlay_python):
-    selected = api_tests()
-    completed = subprocess.run(
-        [overlay_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--timeout", "600", *selected],
-        cwd=REPO_ROOT, env=overlay_env(), capture_output=True, text=True, timeout=840,
+@in_background("verl_overlay", name="verl_api_tests")
+def run_verl_api_tests(runs, work_dir, assets, env) -> subprocess.CompletedProcess | None:
+    """The listed tests on the overlay's python, in the background queue after the two-node job (so that they run
+    beside the e2e tests that need no queue, the evaluation command's, instead of after them); None without the
+    overlay (the test skips, saying why)."""
+    overlay = runs.result("verl_overlay")
+    if overlay.python is None:
+        return None
+    return subprocess.run(
+        [str(overlay.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--timeout", "600", *api_tests()],
+        cwd=REPO_ROOT, env=overlay_env(env), capture_output=True, text=True, timeout=840,
     )
+
+
+@pytest.fixture(scope="module")
+def verl_api_tests(shared_runs, overlay_python) -> subprocess.CompletedProcess:
+    return shared_runs.result("verl_api_tests")
+
+
+def test_the_tests_that_touch_verls_api_pass_on_verl_090(verl_api_tests):
+    selected = api_tests()
+    completed = verl_api_tests
     output = completed.stdout + completed.stderr
     # Exit status 4 (a listed test no longer exists) and 5 (none collected) fail here too.
     assert completed.returncode == 0, f"on verl {VERL}:\n{output[-6000:]}"
