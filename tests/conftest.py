@@ -14,8 +14,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # modules would be two fixtures, each launching its run (tests/e2e/e2e_runs.py).
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 from e2e_runs import (  # noqa: E402,F401
-    TIMELINE, ablation_smoke_run, classic_run, classic_sigterm_run, shared_runs, shared_runs_read_by, v1_engine_kill_run, v1_run,
-    v1_sigterm_run, verl_overlay,
+    TIMELINE, ablation_smoke_run, classic_run, classic_sigterm_run, shared_runs, shared_runs_read_by,
+    v1_engine_kill_run, v1_run, v1_sigterm_run, verl_overlay,
 )
 
 

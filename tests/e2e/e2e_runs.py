@@ -301,11 +301,12 @@ def v1_engine_kill(copied: Path, work_dir: Path, assets: dict) -> Acted:
 
 
 class SharedRuns:
-    """The session's shared runs (``classic_run``, ``v1_run``, and the commands of COMMANDS), each launched once, one after the other, in a
-    background thread. tests/conftest.py starts the ones the session's tests will read at its first test and runs the
-    e2e tests last, so they train while the unit tests run: a launch is mostly start-up, one process at a time, and
-    keeps 1.3 of the machine's 2 cores busy on average (a 98 s classic launch, sampled from /proc/stat). A fixture
-    asks for its run and waits for it; a run no test started early is launched when first asked for."""
+    """The session's shared runs (``classic_run``, ``v1_run``, the commands of COMMANDS and the JOBS), each launched
+    once, one after the other, in a background thread. tests/conftest.py starts the ones the session's tests will
+    read at its first test and runs the e2e tests last, so they train while the unit tests run: a launch is mostly
+    start-up, one process at a time, and keeps 1.3 of the machine's 2 cores busy on average (a 98 s classic launch,
+    sampled from /proc/stat). A fixture asks for its run and waits for it; a run no test started early is launched
+    when first asked for."""
 
     def __init__(self, tmp_path_factory, assets: dict):
         self._tmp_path_factory, self._assets = tmp_path_factory, assets
@@ -391,7 +392,8 @@ class SharedRuns:
         critical path; where it did not, the queue has room."""
         lines = []
         for name, entry in sorted(self.timeline.items(), key=lambda item: item[1].get("started", float("inf"))):
-            times = " ".join(f"{key} {entry[key]:.0f}" for key in ("started", "ended", "read", "waited") if key in entry)
+            times = " ".join(f"{key} {entry[key]:.0f}" for key in ("started", "ended", "read", "waited")
+                             if key in entry)
             lines.append(f"{name}: {times}")
         return lines
 
