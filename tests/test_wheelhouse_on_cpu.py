@@ -247,6 +247,30 @@ def test_a_requirement_that_exists_nowhere_fails_with_the_resolvers_reason(local
         wheelhouse.download(PIP, _index_args(local_index), ["nosuchpackage"], tmp_path, None)
 
 
+def test_the_lock_is_downloaded_by_several_pips_each_entry_with_all_its_hash_lines(local_index, tmp_path):
+    """The lock's entries (a pin, then its indented hash lines, as uv writes them) split over pip processes run at
+    once: every wheel arrives, an entry keeps every hash line (tinyapp's right hash is its second), and a wheel that
+    matches none of its hashes fails its pip, whose output is what the build reports."""
+    names = ("tinyapp", "tinyextra", "tinyneedsnative")
+    wheels = {name: local_index / f"{name}-1.0-py3-none-any.whl" for name in names}
+    digest = {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in wheels.items()}
+
+    def entry(name: str, *hashes: str) -> str:
+        return f"{name}==1.0 \\\n" + " \\\n".join(f"    --hash=sha256:{value}" for value in hashes)
+
+    lock, staging = tmp_path / "requirements.lock", tmp_path / "house"
+    staging.mkdir()
+    download = PIP + ["download", "--quiet", "--no-deps", "--require-hashes", "-d", staging, *_index_args(local_index)]
+    lock.write_text("\n".join([entry("tinyapp", "0" * 64, digest["tinyapp"]), entry("tinyextra", digest["tinyextra"]),
+                               entry("tinyneedsnative", digest["tinyneedsnative"])]) + "\n")
+    assert wheelhouse.download_in_parallel(download, lock, processes=2) == ""
+    assert sorted(path.name for path in staging.iterdir()) == sorted(path.name for path in wheels.values())
+
+    lock.write_text("\n".join([entry("tinyextra", digest["tinyextra"]), entry("tinyapp", "0" * 64)]) + "\n")
+    failed = wheelhouse.download_in_parallel(download, lock, processes=2)
+    assert "DO NOT MATCH THE HASHES" in failed and "tinyapp" in failed and digest["tinyapp"] in failed, failed
+
+
 # ------------------------------------------------------------------------------------------------ command line
 
 

@@ -20,8 +20,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 USAGE = """\
 build DIR (with the package index): the recipe's wheel, then `uv pip compile --generate-hashes` for the target
   (--python, --platform; default this machine) under the pins (cpu extra: scripts/constraints-cpu.txt, gpu:
-  scripts/constraints-gpu.txt), `pip download --no-deps --require-hashes` of each pin, `pip wheel` of the sdists
-  among them. DIR gets the wheels, requirements.txt (each wheel's pin and sha256) and wheelhouse.json.
+  scripts/constraints-gpu.txt), `pip download --no-deps --require-hashes` of each pin (4 pips at once), `pip wheel`
+  of the sdists among them. DIR gets the wheels, requirements.txt (each wheel's pin and sha256) and wheelhouse.json.
 install DIR (no network): `uv pip install --no-index --find-links DIR --offline --no-deps --require-hashes -r
   DIR/requirements.txt` (uv from DIR; pip where DIR has none, or with WHEELHOUSE_INSTALLER=pip) with no pip or uv
   configuration and a dead proxy, then `python -m recipe_dapo.preflight.install`; <venv>/recipe_dapo_wheelhouse.json
@@ -40,6 +40,7 @@ REMOVE_AFTER_INSTALL = {"cpu": (("torchvision", "torchaudio", "torchcodec"), "vl
 INSTALLER_ENV = "WHEELHOUSE_INSTALLER"
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing answers, so any network attempt fails at once
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+DOWNLOADS = 4  # pip processes downloading at once
 LEGACY_MANYLINUX = {"1": 5, "2010": 12, "2014": 17}  # manylinux1 = manylinux_2_5, ...
 
 
@@ -171,10 +172,10 @@ def download(pip: List[str], index: List[str], requirements: List[str], staging:
         if python:
             target += ["--implementation", "cp", "--abi", "cp" + python.replace(".", "")]
         target += [part for t in (pip_platforms(tag) if tag else []) for part in ("--platform", t)]
-        result = run(pip + ["download", "--quiet", "--no-deps", "--require-hashes", "-d", staging, "-r", lock, *index,
-                            *target])
-    if result.returncode != 0:
-        raise WheelhouseError(f"pip could not download the wheels for {where}:\n{tail(result.stdout)}")
+        failed = download_in_parallel(pip + ["download", "--quiet", "--no-deps", "--require-hashes", "-d", staging,
+                                             *index, *target], lock)
+    if failed:
+        raise WheelhouseError(f"pip could not download the wheels for {where}:\n{tail(failed)}")
     built = {}
     for sdist in sorted(path for path in staging.iterdir() if path.suffix != ".whl"):
         print(f"wheelhouse: {sdist.name} has no wheel for the target; building one from it")
@@ -191,6 +192,26 @@ def download(pip: List[str], index: List[str], requirements: List[str], staging:
             built[wheel_pin(wheel.name)[0]] = shutil.move(str(wheel), staging / wheel.name).name
         sdist.unlink()
     return built
+
+
+def download_in_parallel(download: List, lock: Path, processes: int = DOWNLOADS) -> str:
+    """``download -r`` of the lock's entries split over ``processes`` pip processes at once (pip fetches one file
+    after another, and asks every index about each); the output of the first that failed, or ''."""
+    entries: List[List[str]] = []
+    for line in lock.read_text().splitlines():  # an entry: its pin, then its indented --hash lines
+        if line.strip():
+            if line[0].isspace() and entries:
+                entries[-1].append(line)
+            else:
+                entries.append([line])
+    parts = []
+    for number in range(min(processes, len(entries))):
+        part = lock.with_name(f"{lock.name}.{number}")
+        part.write_text("\n".join(line for entry in entries[number::processes] for line in entry) + "\n")
+        parts.append(subprocess.Popen([str(item) for item in [*download, "-r", part]], text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outputs = [(process.communicate()[0], process.returncode) for process in parts]
+    return next((output for output, returncode in outputs if returncode != 0), "")
 
 
 def write_lock(staging: Path, recipe_wheel: str, built: Dict[str, str]) -> List[dict]:
