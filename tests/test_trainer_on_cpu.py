@@ -94,9 +94,10 @@ class RecordingRolloutManager:
             )
         rows = len(batch)
         groups = rows // N
-        qualifying = int(round(QUALIFYING_FRACTION[step] * groups))
+        qualifying = 0 if batch.meta_info.get("validate") else int(round(QUALIFYING_FRACTION[step] * groups))
         device.events.append(("generate", step, groups))
-        self.requests.append({k: batch.non_tensor_batch.get(k) for k in ("rollout_seed", "agent_name")})
+        self.requests.append({k: batch.non_tensor_batch.get(k) for k in ("rollout_seed", "agent_name")}
+                             | {"validate": bool(batch.meta_info.get("validate")), "step": step})
 
         texts = []
         for row in range(rows):
@@ -387,6 +388,53 @@ def test_seeded_rollouts_give_every_response_its_own_seed_repeatably_across_runs
         assert set(a["agent_name"]) == {AGENT_NAME}
     all_seeds = [seed for request in first for seed in request["rollout_seed"].tolist()]
     assert len(set(all_seeds)) == len(all_seeds)  # no two rounds of the run reuse a seed
+
+
+def test_validation_responses_get_the_same_seeds_at_every_validation_and_in_a_rerun(tmp_path, inputs, monkeypatch):
+    """With seeded rollouts the validation before training and the one at the last step sample every response with
+    the same seeds (each differs: the n samples of a problem too), a rerun gives the same, and none is a training
+    round's; without, validation is left to verl's agent loop as training is."""
+    from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME
+
+    seeded = ("dapo.seeded_rollouts=true", "trainer.val_before_train=true", "trainer.test_freq=5")
+    runs = []
+    for name in ("first", "second"):
+        trainer, _ = build_trainer(tmp_path / name, inputs, monkeypatch, *seeded)
+        trainer.fit()
+        runs.append(trainer.async_rollout_manager.requests)
+    first, second = runs
+    validations = [request for request in first if request["validate"]]
+    assert [request["step"] for request in validations] == [0, 5], [request["step"] for request in first]
+    before, after = (request["rollout_seed"].tolist() for request in validations)
+    assert before == after and len(set(before)) == len(before)
+    assert all(set(request["agent_name"]) == {AGENT_NAME} for request in validations)
+    assert [request["rollout_seed"].tolist() for request in second] == [request["rollout_seed"].tolist()
+                                                                        for request in first]
+    training = {seed for request in first if not request["validate"] for seed in request["rollout_seed"].tolist()}
+    assert training and training.isdisjoint(before)
+
+    trainer, _ = build_trainer(tmp_path / "unseeded", inputs, monkeypatch, "dapo.seeded_rollouts=false",
+                               *seeded[1:])
+    trainer.fit()
+    validations = [request for request in trainer.async_rollout_manager.requests if request["validate"]]
+    assert len(validations) == 2 and all(request["rollout_seed"] is None for request in validations)
+
+
+def test_validation_seeds_repeat_per_batch_and_are_no_training_rounds():
+    """Pure: a validation batch's seeds are the same for the same run seed and batch, distinct per row, and apart
+    from every training round's, which a validation tag of 0 would not be (SeedSequence pads entropy with zeros)."""
+    import numpy as np
+
+    from recipe_dapo.trainers.classic.rollout_seeds import round_seeds, validation_seeds
+
+    batch = validation_seeds(7, 0, 64).tolist()
+    assert batch == validation_seeds(7, 0, 64).tolist() and len(set(batch)) == 64
+    assert set(batch).isdisjoint(validation_seeds(7, 1, 64).tolist())
+    assert set(batch).isdisjoint(validation_seeds(8, 0, 64).tolist())
+    training = {seed for step in range(50) for rounds in range(4) for seed in round_seeds(7, step, rounds, 64).tolist()}
+    assert training.isdisjoint(batch)
+    untagged = (np.random.SeedSequence([7, 0, 0, 0]).generate_state(64, dtype=np.uint32) & 0x7FFFFFFF).tolist()
+    assert untagged == round_seeds(7, 0, 0, 64).tolist()  # the control: without the tag, batch 0 is step 0's round 0
 
 
 def test_unseeded_rollouts_leave_verls_agent_loop_alone(fitted):

@@ -156,8 +156,10 @@ class DapoSettings:
     """The ``dapo:`` section of the run config."""
 
     seeded_rollouts: bool = False
-    """Sample every training response with its own seed from (``actor_rollout_ref.rollout.seed``, step, round),
-    so that a fixed-seed run repeats (``recipe_dapo.trainers.classic.rollout_seeds``; ``platform=cpu`` turns it on)."""
+    """Sample every training response with its own seed from (``actor_rollout_ref.rollout.seed``, step, round), and
+    every validation response with one from (that seed, validation batch), the same at each validation, so that a
+    fixed-seed run repeats, validation figures included (classic trainer;
+    ``recipe_dapo.trainers.classic.rollout_seeds``; ``platform=cpu`` turns it on)."""
 
     overlong_filter: OverlongFilterSettings = field(default_factory=OverlongFilterSettings)
     dynamic_sampling: DynamicSamplingSettings = field(default_factory=DynamicSamplingSettings)

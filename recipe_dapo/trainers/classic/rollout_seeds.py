@@ -6,7 +6,9 @@ with an uninterrupted one. With ``dapo.seeded_rollouts`` the trainer gives each 
 
     seeds = SeedSequence([actor_rollout_ref.rollout.seed, global_step, round_in_step]).generate_state(rows)
 
-(distinct per response, so the ``n`` responses of a prompt still differ), and the ``recipe_dapo_seeded`` agent loop
+(distinct per response, so the ``n`` responses of a prompt still differ); each validation response gets one too
+(:func:`validation_seeds`: the same at every validation of a run, so two validations differ by the policy and not by
+the draw, and a rerun reports the same figures). The ``recipe_dapo_seeded`` agent loop
 (``seeded_agent_loop``: verl's single-turn loop, in verl's agent-loop registry) passes it to vLLM as
 ``SamplingParams.seed``. This module is pure (numpy, and the registered name from the plugin).
 On CPU this makes generation repeatable; on GPUs vLLM's numerics still depend on batch composition unless
@@ -29,6 +31,18 @@ SEEDABLE_AGENT_LOOPS = ("single_turn_agent",)
 def round_seeds(run_seed: int, global_step: int, round_in_step: int, rows: int) -> np.ndarray:
     """One seed per response row of a round, reproducible from (run seed, step, round) and distinct per row."""
     sequence = np.random.SeedSequence([int(run_seed), int(global_step), int(round_in_step)])
+    return (sequence.generate_state(rows, dtype=np.uint32) & 0x7FFFFFFF).astype(np.int64)
+
+
+VALIDATION = 0x56414C
+"""Marks validation seeds apart from training ones: SeedSequence pads its entropy with zeros to four words, so a
+training round's ``[seed, step, round]`` is ``[seed, step, round, 0]``, and no validation batch's is."""
+
+
+def validation_seeds(run_seed: int, batch_index: int, rows: int) -> np.ndarray:
+    """One seed per response row of validation batch ``batch_index`` (verl's validation dataloader is not shuffled):
+    the same at every validation of the run, distinct per row and from every training round's seeds."""
+    sequence = np.random.SeedSequence([int(run_seed), int(batch_index), 0, VALIDATION])
     return (sequence.generate_state(rows, dtype=np.uint32) & 0x7FFFFFFF).astype(np.int64)
 
 

@@ -54,7 +54,8 @@ from recipe_dapo.dynamic_sampling import (
 )
 from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
-from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds
+from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds, \
+    validation_seeds
 from recipe_dapo.trainers.nodes import log_placement
 from recipe_dapo.trainers.preemption import StepGivenUp
 from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
@@ -77,6 +78,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self.prompt_stream = PromptStream(self._open_epoch, ops=DATAPROTO_OPS)
         self.recipe.stop_ids  # noqa: B018  (read now: a tokenizer without stop ids fails at start-up, not at step 1)
         self._rounds_generated_in_step: dict[int, int] = {}
+        self._validation_batches: int | None = None  # during _validate with seeded rollouts: the batches seeded
 
     # ------------------------------------------------------------------ set-up
 
@@ -281,15 +283,40 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         rollouts.non_tensor_batch.update({key: np.array(values) for key, values in reward_extra_info.items()})
         return rollouts
 
+    def _seeds_rollouts(self) -> bool:
+        rollout = self.config.actor_rollout_ref.rollout
+        return bool(self.config.dapo.seeded_rollouts) and rollout.agent.default_agent_loop in SEEDABLE_AGENT_LOOPS
+
     def _seed_rollouts(self, gen_batch: DataProto) -> None:
         """Per-response vLLM seeds from (rollout seed, step, round), when ``dapo.seeded_rollouts`` is on."""
-        rollout = self.config.actor_rollout_ref.rollout
-        if not self.config.dapo.seeded_rollouts or rollout.agent.default_agent_loop not in SEEDABLE_AGENT_LOOPS:
+        if not self._seeds_rollouts():
             return
         round_in_step = self._rounds_generated_in_step.get(self.global_steps, 0)
         self._rounds_generated_in_step = {self.global_steps: round_in_step + 1}
-        gen_batch.non_tensor_batch[SEED_COLUMN] = round_seeds(rollout.seed, self.global_steps, round_in_step, len(gen_batch))
+        run_seed = self.config.actor_rollout_ref.rollout.seed
+        self._give_seeds(gen_batch, round_seeds(run_seed, self.global_steps, round_in_step, len(gen_batch)))
+
+    @staticmethod
+    def _give_seeds(gen_batch: DataProto, seeds: np.ndarray) -> None:
+        gen_batch.non_tensor_batch[SEED_COLUMN] = seeds
         gen_batch.non_tensor_batch["agent_name"] = np.full(len(gen_batch), SEEDED_AGENT_NAME, dtype=object)
+
+    def _validate(self, *args, **kwargs):
+        """verl's validation; with seeded rollouts each validation response is sampled with its own seed as well, the
+        same at every validation of the run (``rollout_seeds.validation_seeds``)."""
+        self._validation_batches = 0 if self._seeds_rollouts() else None
+        try:
+            return super()._validate(*args, **kwargs)
+        finally:
+            self._validation_batches = None
+
+    def _get_gen_batch(self, batch: DataProto) -> DataProto:
+        gen_batch = super()._get_gen_batch(batch)
+        if self._validation_batches is not None:  # in _validate: one call per validation batch
+            run_seed = self.config.actor_rollout_ref.rollout.seed
+            self._give_seeds(gen_batch, validation_seeds(run_seed, self._validation_batches, len(gen_batch)))
+            self._validation_batches += 1
+        return gen_batch
 
     # ------------------------------------------------------------------ Algorithm 1, line 9
 
