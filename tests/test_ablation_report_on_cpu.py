@@ -83,6 +83,12 @@ def test_run_records_read_the_metrics_file_and_the_doc_renders_from_them_alone(t
     assert text.startswith(ablation_report.BEGIN) and text.endswith(ablation_report.END)
     assert "| DAPO (all four) | 3 |" in text and "| no dynamic sampling | 3 |" in text
     assert ablation_report.result_line(study).startswith("RESULT runs=6 val_acc_dapo=0.71 ")
+    # Validation is seeded now: the first validations of a seed's runs are one draw, not a measure of its noise; runs
+    # recorded before (no such field) are reported as unseeded.
+    assert all(run["validation_seeded"] for run in runs)
+    assert "validation is seeded" in "\n".join(ablation_report.same_start(study)) and "not seeded" not in text
+    older = dict(study, runs=[{k: v for k, v in run.items() if k != "validation_seeded"} for run in runs])
+    assert "validation samples are not seeded" in "\n".join(ablation_report.same_start(older))
 
 
 # ----------------------------------------------------------------------------- the default run is the study's DAPO arm

@@ -267,6 +267,7 @@ def run_record(arm: str, seed: int, run_dir: Path, design: Design) -> dict:
         "val_acc_start": validation["acc"][0] if val_steps and val_steps[0] == 0 else None,
         "val_acc_end": validation["acc"][-1] if val_steps else None,
         "val_metric": val_key,
+        "validation_seeded": True,  # the study runs platform=cpu, whose seeded rollouts seed validation too
         "entropy_start": _tail_mean(curves["entropy"][:3]),
         "entropy_end": _tail_mean(curves["entropy"]),
         "truncation_start": _tail_mean(curves["truncation"][:3]),
