@@ -57,6 +57,17 @@ def test_cpu_platform_overlay_sets_what_vllm_cpu_and_fsdp2_need():
     assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "dapo"
 
 
+def test_cpu_overlay_gives_transfer_queue_one_storage_unit_per_node():
+    # Each unit is a Ray actor process; verl's 8 stay on accelerator machines.
+    def units(overrides):
+        config = OmegaConf.to_container(compose_recipe_config(overrides), resolve=True)
+        return config["transfer_queue"]["backend"]["SimpleStorage"]["num_data_storage_units"]
+
+    assert units([]) == 8
+    assert units(["platform=cpu"]) == 1
+    assert units(["platform=cpu", "trainer.nnodes=2"]) == 2
+
+
 def test_cpu_overlay_pins_the_cpu_platform_in_every_ray_worker():
     env_vars = ray_runtime_env_as_verl_builds_it(compose_recipe_config(["platform=cpu"]))["env_vars"]
     assert env_vars["VERL_PLATFORM"] == "cpu"
