@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -78,7 +79,16 @@ SHARED = shared_data_dir()
 
 
 def compose_recipe_config(overrides: list[str] = ()):
-    """The recipe's real Hydra config (verl's ppo_trainer from the installed package + DAPO defaults)."""
+    """The recipe's real Hydra config (verl's ppo_trainer from the installed package + DAPO defaults). Each override
+    list is composed once per session (Hydra parses some 40 YAML files per composition, most of a second; the suite
+    asks for several lists more than once); every call gets a copy of its own to change."""
+    import copy
+
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+@functools.lru_cache(maxsize=None)
+def _composed(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_module
 
     with initialize_config_module("recipe_dapo.config", version_base=None):
