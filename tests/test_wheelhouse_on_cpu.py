@@ -76,10 +76,11 @@ def test_this_environment_was_installed_offline_from_its_wheelhouse():
     if installer == "uv":  # uv, put into this environment from the wheelhouse, offline, with no uv configuration
         bin_dir = (Path(sys.prefix) / "bin").resolve()
         assert Path(command[0]).parent.resolve() == bin_dir and command[1:3] == ["pip", "install"], command
-        # Compiled at install where Python may not write bytecode (PYTHONDONTWRITEBYTECODE set), as pip does; else
-        # each module is compiled and cached at its first import (a record without the field: an install that
-        # always compiled).
-        assert ("--compile-bytecode" in command) == (not record.get("python_writes_bytecode", False)), command
+        # Compiled at install where Python may not write bytecode (PYTHONDONTWRITEBYTECODE set in the install's
+        # environment), as pip does; else each module is compiled and cached at its first import. A record without
+        # the variable's value comes from an install that always compiled.
+        dont_write = record.get("PYTHONDONTWRITEBYTECODE", "always compiled")
+        assert ("--compile-bytecode" in command) == bool(dont_write), (dont_write, command)
         assert "--offline" in command and Path(command[command.index("--python") + 1]).parent.resolve() == bin_dir
         assert env["UV_NO_CONFIG"] == "1" and {key for key in env if key.startswith("UV_")} == {"UV_NO_CONFIG",
                                                                                                "UV_CACHE_DIR"}

@@ -410,7 +410,7 @@ def install(args: argparse.Namespace) -> int:
         "install_env": {key: env[key] for key in sorted(env)
                         if key.upper().startswith(("PIP_", "UV_")) or key.lower() in ("http_proxy", "https_proxy")},
         "uv_fallback": uv_fallback, "editable": str(editable) if editable else None,
-        "python_writes_bytecode": not compile_at_install,
+        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
         "removed": remove["packages"], "check": json.loads(report.read_text()) if report.is_file() else None,
         "check_exit": check_exit, "seconds": {"install": round(install_s, 1), "uv_bootstrap": round(bootstrap_s, 1),
                                               "check": round(check_s, 1), "total": round(time.time() - start, 1)}}
