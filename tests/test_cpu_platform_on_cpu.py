@@ -142,7 +142,7 @@ RAY_ACTOR_PLATFORM_SCRIPT = r"""
 import json, sys
 import ray
 
-ray.init(num_cpus=1, include_dashboard=False, runtime_env=json.loads(sys.argv[1]))
+ray.init(address="local", num_cpus=1, include_dashboard=False, runtime_env=json.loads(sys.argv[1]))
 
 @ray.remote(num_cpus=1)
 def worker_platform():

@@ -291,3 +291,58 @@ def test_docs_architecture_md_is_the_package_map_rendered_from_the_code():
         assert f"## `recipe_dapo.{folder.name}`" in rendered
         assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), f"{folder.name} has no docstring"
     assert "| `trainers.preemption` |" in rendered and "| `compat.verl` |" in rendered
+
+
+# ------------------------------------------------------------------------------------------------ the suite's own runs
+
+ENVIRON_METHODS = {"update", "pop", "setdefault", "clear", "popitem", "__setitem__", "__delitem__"}
+
+
+def environment_writes(source: str) -> list[str]:
+    """Each place ``source`` changes its own process's environment (``os.environ`` written, ``os.putenv``)."""
+    def is_environ(node) -> bool:
+        return ((isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name)
+                 and node.value.id == "os") or (isinstance(node, ast.Name) and node.id == "environ"))
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) and is_environ(node.value):
+            found.append(f"line {node.lineno}: os.environ[...] {'set' if isinstance(node.ctx, ast.Store) else 'del'}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ENVIRON_METHODS and is_environ(node.func.value):
+                found.append(f"line {node.lineno}: os.environ.{node.func.attr}")
+            elif node.func.attr in ("putenv", "unsetenv") and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id == "os":
+                found.append(f"line {node.lineno}: os.{node.func.attr}")
+    return sorted(found, key=lambda line: int(line.split(":")[0].split()[1]))
+
+
+def test_the_background_runs_never_change_the_test_processs_environment():
+    """The e2e suite's shared runs train in background threads of the test session while the unit tests run, some of
+    which start Ray in the session's own process: an environment variable set by a background thread, even for a
+    moment, reaches whatever such a test starts then (a RAY_AUTH_MODE seen by some of its cluster's processes and not
+    others kills its actors before they start). The runs pass environments to their subprocesses instead."""
+    problems = []
+    for path in sorted((REPO_ROOT / "tests" / "e2e").glob("*.py")):
+        problems += [f"{path.relative_to(REPO_ROOT)} {where}" for where in environment_writes(path.read_text())]
+    assert problems == [], "give the subprocess an env= instead:\n" + "\n".join(problems)
+
+
+def test_the_environment_scan_finds_every_kind_of_write():
+    # Positive control: each kind of write the scan exists to find, and the reads and copies it must leave alone.
+    source = (
+        "import os\n"
+        "from os import environ\n"
+        "os.environ['A'] = '1'\n"
+        "del os.environ['A']\n"
+        "os.environ.update(B='1')\n"
+        "environ.pop('B', None)\n"
+        "os.environ.setdefault('C', '1')\n"
+        "os.putenv('D', '1')\n"
+        "env = dict(os.environ, E='1')\n"
+        "env.update(F='1')\n"
+        "value = os.environ.get('G')\n"
+    )
+    assert environment_writes(source) == [
+        "line 3: os.environ[...] set", "line 4: os.environ[...] del", "line 5: os.environ.update",
+        "line 6: os.environ.pop", "line 7: os.environ.setdefault", "line 8: os.putenv"]

@@ -36,7 +36,7 @@ DRIVER = textwrap.dedent("""
     with preemption_guard(config):
         import ray
         print("calling ray.init", flush=True)
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
         print("ray.init returned", flush=True)
         time.sleep(120)  # stands for the workers' start-up
     print("the launch went on", flush=True)
@@ -93,7 +93,7 @@ STUCK_TRAINER = textwrap.dedent("""
     config = compose_recipe_config(["trainer.default_local_dir={checkpoints}", "dapo.preemption.enable=true",
                                     "dapo.preemption.grace_s={grace}"])
     with preemption_guard(config):
-        ray.init(num_cpus=1, include_dashboard=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False)
         ray.get(StuckTrainer.remote().run.remote())
     print("the launch went on", flush=True)
 """)
@@ -194,7 +194,7 @@ STOPPING_TRAINER = textwrap.dedent("""
 
     config = compose_recipe_config(["trainer.default_local_dir={checkpoints}", "dapo.preemption.enable=true"])
     with preemption_guard(config):
-        ray.init(num_cpus=1, include_dashboard=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False)
         step = ray.get(Trainer.remote().run.remote({checkpoint!r}))
         print("the trainer saved step", step, flush=True)
     print("the launch went on", flush=True)
@@ -238,7 +238,7 @@ FROZEN_GCS = textwrap.dedent("""
 
     config = compose_recipe_config(["trainer.default_local_dir={checkpoints}", "dapo.preemption.enable=true"])
     with preemption_guard(config):
-        ray.init(num_cpus=1, include_dashboard=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False)
         print("ray started", flush=True)
         time.sleep(120)
     print("the launch went on", flush=True)

@@ -31,7 +31,7 @@ def local_ray():
     import ray
 
     here = Path(__file__).resolve().parent  # the workers import the stand-in task runner from this module
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(here), str(here.parent)])}})
     try:
         yield ray

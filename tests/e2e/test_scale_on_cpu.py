@@ -72,6 +72,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,8 @@ NODE_RESOURCES = ("--num-cpus=16", "--num-gpus=1", f"--object-store-memory={256 
 RECIPE_ENTRIES = re.compile(r"^(recipe_dapo[-_.].*|__editable__[._]+recipe_dapo.*)$")
 # Ray 2.60's `ray start --head` turns token authentication on when ~/.ray/auth_token exists (any earlier local
 # ray.init() on this machine writes one), and then every client must send it; the test cluster (its dashboard on
-# 127.0.0.1, up for minutes) runs without, for the nodes, the job's processes and the clients here alike.
+# 127.0.0.1, up for minutes) runs without: set in the environments of the nodes and of the job's processes, never in
+# this process's (``OperatorCluster.alive_nodes``).
 RAY_AUTH = {"RAY_AUTH_MODE": "disabled"}
 # What the test's own environment sets that a cluster node would not have.
 NOT_ON_THE_CLUSTER = ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS", "VERL_USE_EXTERNAL_MODULES",
@@ -191,29 +193,28 @@ class OperatorCluster:
 
     def wait_for_nodes(self, count: int, timeout: float = 240) -> dict[str, bool]:
         """node id -> is head, once ``count`` nodes are alive (asked through the dashboard: no ray.init here)."""
-        from ray.util.state import list_nodes
-
         deadline = time.monotonic() + timeout
         while True:
             for process, log in zip(self.processes, self.logs):
                 assert process.poll() is None, f"`ray start` exited ({process.returncode}):\n{log.read_text()[-3000:]}"
-            saved = {key: os.environ.get(key) for key in RAY_AUTH}
-            os.environ.update(RAY_AUTH)  # the state API's client reads it (and only here: restored below)
-            try:
-                alive = [node for node in list_nodes(address=self.dashboard, raise_on_missing_output=False)
-                         if node.state == "ALIVE"]
-            except Exception:
-                alive = []
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
+            alive = self.alive_nodes()
             if len(alive) >= count:
-                return {node.node_id: node.is_head_node for node in alive}
+                return alive
             assert time.monotonic() < deadline, f"{count} Ray node(s) not alive after {timeout:.0f} s"
             time.sleep(2)
+
+    def alive_nodes(self) -> dict[str, bool]:
+        """The dashboard's node list (its state API over plain HTTP: the cluster runs without token authentication).
+        Not Ray's client, which takes its authentication mode from this process's environment: this runs in a
+        background thread of the test session, where setting RAY_AUTH_MODE even for a moment would reach a
+        ``ray.init`` a unit test makes meanwhile, whose cluster processes then disagree about authentication (its
+        actors die as "out of scope" before they start)."""
+        try:
+            with urllib.request.urlopen(f"{self.dashboard}/api/v0/nodes?limit=100&detail=false", timeout=10) as reply:
+                nodes = json.load(reply)["data"]["result"]["result"]
+        except (OSError, ValueError, KeyError, TypeError):  # not up yet, or mid start-up
+            return {}
+        return {node["node_id"]: node["is_head_node"] for node in nodes if node["state"] == "ALIVE"}
 
     def stop(self) -> None:
         for process in reversed(self.processes):  # `ray start --block` ends its node's processes on SIGTERM
