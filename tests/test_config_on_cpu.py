@@ -411,3 +411,33 @@ def test_cpu_platform_leaves_resources_to_the_nodes_when_joining_a_cluster(addre
 def test_ray_address_local_still_starts_a_ray_of_its_own(monkeypatch):
     init = ray_init(["ray_kwargs.ray_init.address=local"], monkeypatch, ray_address="10.0.0.1:6379")
     assert init["num_gpus"] == 1 and init["num_cpus"] == 16
+
+
+def test_yaml_files_read_in_this_session_give_their_current_text(tmp_path):
+    """The test session parses each YAML text once (tests/conftest.py): a file read again after an edit gives the new
+    text, a caller's copy is its own, and a file that fails to parse is named in the error as before."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    path = tmp_path / "settings.yaml"
+    path.write_text("a: 1\nb: [1, 2]\n")
+    first = OmegaConf.load(path)
+    first.b.append(3)
+    assert OmegaConf.to_container(OmegaConf.load(path)) == {"a": 1, "b": [1, 2]}
+    path.write_text("a: 2\nb: [1, 2]\n")
+    assert OmegaConf.load(path).a == 2
+    path.write_text("a: 1\na: 2\n")
+    with pytest.raises(yaml.constructor.ConstructorError, match=f'found duplicate key a\n  in "{path}", line 2'):
+        OmegaConf.load(path)
+
+
+def test_interpolations_resolve_against_each_config_and_a_broken_one_fails_every_time():
+    """The test session parses each interpolation string once (tests/conftest.py): the same string still resolves to
+    each config's own value, and one that does not parse fails each time it is resolved."""
+    from omegaconf.errors import GrammarParseError
+
+    one, other = OmegaConf.create({"a": 1, "b": "${a}"}), OmegaConf.create({"a": 2, "b": "${a}"})
+    assert (one.b, other.b) == (1, 2)
+    for _ in range(2):
+        with pytest.raises(GrammarParseError):
+            OmegaConf.create({"a": 1, "b": "${a"}).b
