@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -306,12 +306,15 @@ class SharedRuns:
     read at its first test and runs the e2e tests last, so they train while the unit tests run: a launch is mostly
     start-up, one process at a time, and keeps 1.3 of the machine's 2 cores busy on average (a 98 s classic launch,
     sampled from /proc/stat). A fixture asks for its run and waits for it; a run no test started early is launched
-    when first asked for."""
+    when first asked for. A test that would wait for a run still in progress runs the queue's next runs itself
+    meanwhile (those whose needs have ended), so that the end of the session has both lanes busy instead of the
+    queue alone."""
 
     def __init__(self, tmp_path_factory, assets: dict):
         self._tmp_path_factory, self._assets = tmp_path_factory, assets
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shared-run")
         self._runs: dict = {}
+        self._queued: dict = {}  # name -> (its needs, the queued callable), in the queue's order
         self._launched: list[Launch] = []
         self._commands: list[subprocess.Popen] = []
         self._began = time.monotonic()
@@ -326,7 +329,24 @@ class SharedRuns:
                 return function(*args)
             finally:
                 entry["ended"] = time.monotonic() - self._began
+        self._queued[name] = (JOBS[name][0] if name in JOBS else (), timed)
         self._runs[name] = self._pool.submit(timed)
+
+    def _run_next_queued_here(self) -> bool:
+        """Take the first queued run that has not started and whose needs have ended off the queue, and run it in this
+        thread; False when there is none."""
+        for name, (needs, timed) in self._queued.items():
+            if not all(self._runs[need].done() for need in needs) or not self._runs[name].cancel():
+                continue  # its needs still run, or the queue has it already
+            taken = Future()
+            self._runs[name] = taken
+            self.timeline.setdefault(name, {})["taken"] = threading.current_thread().name
+            try:
+                taken.set_result(timed())
+            except BaseException as error:  # kept for the test that reads it, as the queue's future would
+                taken.set_exception(error)
+            return True
+        return False
 
     def start(self, name: str) -> None:
         if name in self._runs:
@@ -354,6 +374,8 @@ class SharedRuns:
         if "read" not in entry and threading.current_thread() is threading.main_thread():
             # the first test that reads it: how long the foreground waited for the queue (not a job reading its need)
             entry["read"] = time.monotonic() - self._began
+            while not self._runs[name].done() and self._run_next_queued_here():
+                pass
             self._runs[name].exception()  # waits
             entry["waited"] = time.monotonic() - self._began - entry["read"]
         if name in COMMANDS or name in JOBS:
@@ -394,7 +416,7 @@ class SharedRuns:
         for name, entry in sorted(self.timeline.items(), key=lambda item: item[1].get("started", float("inf"))):
             times = " ".join(f"{key} {entry[key]:.0f}" for key in ("started", "ended", "read", "waited")
                              if key in entry)
-            lines.append(f"{name}: {times}")
+            lines.append(f"{name}: {times}" + (" (run by a test waiting for another)" if "taken" in entry else ""))
         return lines
 
     def close(self) -> None:

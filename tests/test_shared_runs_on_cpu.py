@@ -1,0 +1,54 @@
+"""The e2e suite's background queue (tests/e2e/e2e_runs.py ``SharedRuns``): a test that would wait for a run still in
+progress runs the queue's next runs itself meanwhile, only those whose needs have ended, and what it ran is read as
+the queue's runs are."""
+
+from __future__ import annotations
+
+import threading
+
+import e2e_runs
+import pytest
+from e2e_runs import SharedRuns
+
+
+def test_a_waiting_test_runs_the_next_queued_run_and_leaves_one_whose_need_still_runs(tmp_path_factory, monkeypatch):
+    released, ran_in = threading.Event(), {}
+
+    def long_run(runs, work_dir, assets, env):
+        ran_in["long"] = threading.current_thread().name
+        # Ends only once "next" has run: with a queue of one lane and nobody taking "next" off it, this waits out
+        # the timeout and the test fails.
+        assert released.wait(timeout=30), "the queue's next run did not run while the test waited"
+        return "long done"
+
+    def next_run(runs, work_dir, assets, env):
+        ran_in["next"] = threading.current_thread().name
+        released.set()
+        return "next done"
+
+    def after_long(runs, work_dir, assets, env):
+        ran_in["after"] = threading.current_thread().name
+        return runs.result("long") + ", then after"
+
+    def failing(runs, work_dir, assets, env):
+        raise RuntimeError("a job that fails")
+
+    for name, needs, function in (("long", (), long_run), ("after", ("long",), after_long),
+                                  ("next", (), next_run), ("failing", (), failing)):
+        monkeypatch.setitem(e2e_runs.JOBS, name, (needs, function))
+    runs = SharedRuns(tmp_path_factory, assets={})
+    try:
+        for name in ("long", "after", "next", "failing"):
+            runs.start(name)
+        assert runs.result("long") == "long done"
+        assert runs.result("after") == "long done, then after"
+        assert runs.result("next") == "next done"
+        with pytest.raises(RuntimeError, match="a job that fails"):  # a taken run's failure reaches its reader
+            runs.result("failing")
+    finally:
+        runs.close()
+    main = threading.main_thread().name
+    assert ran_in["long"] != main and ran_in["next"] == main, ran_in
+    assert ran_in["after"] != main, "a run whose need was still running was taken off the queue"
+    marked = {line.split(":")[0]: "run by a test" in line for line in runs.summary()}
+    assert marked["next"] and not marked["long"] and not marked["after"], runs.summary()
