@@ -52,3 +52,33 @@ def test_a_waiting_test_runs_the_next_queued_run_and_leaves_one_whose_need_still
     assert ran_in["after"] != main, "a run whose need was still running was taken off the queue"
     marked = {line.split(":")[0]: "run by a test" in line for line in runs.summary()}
     assert marked["next"] and not marked["long"] and not marked["after"], runs.summary()
+
+
+class Interrupted(BaseException):
+    """Stands for what is not an error of the run: Ctrl-C, a test's timeout."""
+
+
+def test_an_interrupt_in_a_taken_run_reaches_the_waiting_test_and_the_runs_readers(tmp_path_factory, monkeypatch):
+    released = threading.Event()
+
+    def long_run(runs, work_dir, assets, env):
+        assert released.wait(timeout=30)
+        return "long done"
+
+    def interrupted(runs, work_dir, assets, env):
+        released.set()
+        raise Interrupted()
+
+    for name, function in (("long", long_run), ("interrupted", interrupted)):
+        monkeypatch.setitem(e2e_runs.JOBS, name, ((), function))
+    runs = SharedRuns(tmp_path_factory, assets={})
+    try:
+        runs.start("long")
+        runs.start("interrupted")
+        with pytest.raises(Interrupted):  # not kept back while the test goes on waiting
+            runs.result("long")
+        with pytest.raises(Interrupted):  # and the interrupted run does not look like one still to come
+            runs.result("interrupted")
+        assert runs.result("long") == "long done"
+    finally:
+        runs.close()

@@ -343,8 +343,11 @@ class SharedRuns:
             self.timeline.setdefault(name, {})["taken"] = threading.current_thread().name
             try:
                 taken.set_result(timed())
-            except BaseException as error:  # kept for the test that reads it, as the queue's future would
+            except Exception as error:  # kept for the test that reads it, as the queue's future would
                 taken.set_exception(error)
+            except BaseException as error:  # an interrupt or a test's timeout: the run's readers see it too, and it
+                taken.set_exception(error)  # goes on up to the test that was waiting
+                raise
             return True
         return False
 
