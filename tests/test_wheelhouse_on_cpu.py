@@ -445,3 +445,33 @@ def test_import_fixes_name_the_cure():
     assert "math extra" in import_fix("math_verify", "ModuleNotFoundError(\"No module named 'math_verify'\")")
     assert "latex2sympy2_extended is missing, which math_verify needs" in import_fix(
         "math_verify", "ModuleNotFoundError(\"No module named 'latex2sympy2_extended'\")")
+
+
+def test_an_import_that_kills_its_process_is_one_failed_check_and_the_others_still_report(tmp_path):
+    # A vLLM whose import dies as a broken native extension does (SIGSEGV), first on the path of the checks' processes.
+    fake = tmp_path / "site" / "vllm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    path = [str(tmp_path / "site"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    report = tmp_path / "check.json"
+
+    def check(*names: str) -> subprocess.CompletedProcess:
+        only = [part for name in names for part in ("--only", name)]
+        return subprocess.run([sys.executable, "-m", "recipe_dapo.preflight.install", *only, "--json", str(report)],
+                              capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+
+    # Positive control: the vLLM check on its own imports in its process, which the fake kills before any line.
+    alone = check("vllm")
+    assert alone.returncode == -11 and "install check:" not in alone.stdout, (alone.returncode, alone.stdout)
+
+    # With others, it runs in a process of its own: one FAIL line naming how that process ended, every other check
+    # still printed in its place, the summary, and exit status 1.
+    both = check("verl", "vllm")
+    assert both.returncode == 1, both.stdout + both.stderr
+    lines = both.stdout.splitlines()
+    assert lines[0].startswith("ok    verl: verl ")
+    assert lines[1].startswith("FAIL  vllm: the vllm check's process ended (killed by signal 11) without a result")
+    assert lines[2].startswith("      fix: ")
+    assert lines[-1] == "install check: 1 of 2 passed; failed: vllm"
+    assert [(c["name"], c["ok"]) for c in json.loads(report.read_text())["checks"]] == [("verl", True), ("vllm", False)]

