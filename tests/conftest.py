@@ -15,7 +15,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # modules would be two fixtures, each launching its run (tests/e2e/e2e_runs.py).
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 from e2e_runs import (  # noqa: E402,F401
-    TIMELINE, ablation_smoke_run, classic_run, classic_sigterm_run, shared_runs, shared_runs_read_by,
+    TIMELINE, ablation_smoke_run, classic_run, classic_sigterm_run, session_order, shared_runs, shared_runs_read_by,
     v1_engine_kill_run, v1_run, v1_sigterm_run, verl_overlay,
 )
 
@@ -38,8 +38,9 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The e2e tests last (in their own order): the shared runs they read train in the background meanwhile."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+    """The e2e tests last, the shared runs they read training in the background meanwhile; among them first those
+    whose runs end first (``session_order``)."""
+    items.sort(key=session_order(items))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -82,3 +82,45 @@ def test_an_interrupt_in_a_taken_run_reaches_the_waiting_test_and_the_runs_reade
         assert runs.result("long") == "long done"
     finally:
         runs.close()
+
+
+class _Collected:
+    """What the session's order reads of a collected test: its fixtures (with those they use), its markers, its
+    parameters."""
+
+    def __init__(self, name: str, fixtures: tuple = (), e2e: bool = True, trained_run: str | None = None):
+        self.name, self.fixturenames, self.e2e = name, list(fixtures), e2e
+        if trained_run:
+            self.callspec = type("CallSpec", (), {"params": {"trained_run": trained_run}})()
+
+    def get_closest_marker(self, name):
+        return pytest.mark.e2e if name == "e2e" and self.e2e else None
+
+
+def test_the_e2e_tests_that_read_no_queued_run_go_first_and_the_others_by_when_their_runs_end(monkeypatch):
+    # The jobs their e2e modules register when collected (a unit-test session does not import them).
+    for name in ("scale_job", "verl_api_tests"):
+        if name not in e2e_runs.JOBS:
+            monkeypatch.setitem(e2e_runs.JOBS, name, (("verl_overlay",), None))
+    # In module order, as pytest collects them (the scale module before the evaluation command's, etc.).
+    collected = [
+        _Collected("scale: reads the two-node job", ("scale_job", "verl_overlay", "shared_runs")),
+        _Collected("scale: against DP 1", ("scale_job", "classic_run", "shared_runs")),
+        _Collected("evaluation command: no queued run", ("tmp_path",)),
+        _Collected("e2e: v1 sigterm", ("v1_run", "v1_sigterm_run", "shared_runs")),
+        _Collected("e2e: trained run", ("trained_run", "shared_runs"), trained_run="v1"),
+        _Collected("verl 0.9.0: the refusal", ("verl_overlay", "shared_runs")),
+        _Collected("a unit test", ("tmp_path",), e2e=False),
+        _Collected("ablation smoke", ("ablation_smoke_run", "shared_runs")),
+    ]
+    ordered = [item.name for item in sorted(collected, key=e2e_runs.session_order(collected))]
+    assert ordered == [
+        "a unit test",
+        "evaluation command: no queued run",
+        "ablation smoke",
+        "e2e: trained run",
+        "e2e: v1 sigterm",
+        "verl 0.9.0: the refusal",
+        "scale: reads the two-node job",
+        "scale: against DP 1",
+    ]

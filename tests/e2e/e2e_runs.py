@@ -496,6 +496,21 @@ def shared_runs_read_by(items) -> list[str]:
     return [name for name in (*COMMANDS, *TRAINERS, *JOBS) if name in wanted]
 
 
+
+def session_order(items):
+    """The sort key of the session's tests: the unit tests first, then the e2e tests in the queue's order of the
+    shared runs they read (a test that reads none first, one that reads several by the last): a test that needs
+    nothing from the queue runs while the queue still works, instead of after a test that waited for it; the order
+    within one module is kept otherwise (the sort is stable)."""
+    queue = shared_runs_read_by(items)
+
+    def key(item) -> tuple[int, int]:
+        if item.get_closest_marker("e2e") is None:
+            return (0, -1)
+        return (1, max((queue.index(name) for name in shared_runs_read_by([item])), default=-1))
+
+    return key
+
 # The older verl release the recipe supports (setup.py), and pip's messages when it cannot reach the package index to
 # fetch it (name resolution, refused or timed-out connections, a proxy).
 OLDER_VERL = "0.9.0"

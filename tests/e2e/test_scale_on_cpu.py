@@ -280,11 +280,25 @@ def job_overrides(work_dir: Path) -> tuple[str, ...]:
             "trainer.nnodes=2", "trainer.n_gpus_per_node=1")
 
 
+def environment_probe(python: Path, env: dict) -> subprocess.CompletedProcess:
+    """What the nodes' Python imports as verl (its version and file), the ``verl.plugins`` entry points it finds, and
+    its ``import recipe_dapo`` (which must fail), in the environment a node runs in."""
+    return subprocess.run(
+        [str(python), "-c",
+         "import importlib.metadata as m, verl\n"
+         "print(m.version('verl'), verl.__file__)\n"
+         "print([ep.value for ep in m.entry_points(group='verl.plugins')])\n"
+         "import recipe_dapo\n"],
+        cwd="/", env=cluster_env(python, env), capture_output=True, text=True, timeout=300,
+    )
+
+
 @in_background("verl_overlay", name="scale_job")
 def run_scale_job(runs, base: Path, default_assets: dict, env: dict) -> dict:
     """The cluster's nodes, the refused job's output, and the DP 2 job's folder, output and log file; run in the
     background while the unit tests run (tests/e2e/e2e_runs.py JOBS), on the nodes' environment (``python``)."""
     verl_only_python = make_verl_only_python(base / "verl_only", runs.result("verl_overlay"))
+    environment = environment_probe(verl_only_python, env)
     cluster = OperatorCluster(verl_only_python, base, env)
     try:
         cluster.start()
@@ -306,6 +320,7 @@ def run_scale_job(runs, base: Path, default_assets: dict, env: dict) -> dict:
     log_file = work_dir / "recipe_dapo" / "dapo_cpu.log"
     return {
         "python": verl_only_python,
+        "environment": environment,
         "nodes": cluster.nodes,
         "leftover": leftover,
         "refused": refused,
@@ -327,15 +342,8 @@ def verl_only_python(scale_job) -> Path:
     return scale_job["python"]
 
 
-def test_the_cluster_environment_has_verl_but_not_the_recipe(verl_only_python, verl_overlay):
-    probe = subprocess.run(
-        [str(verl_only_python), "-c",
-         "import importlib.metadata as m, verl\n"
-         "print(m.version('verl'), verl.__file__)\n"
-         "print([ep.value for ep in m.entry_points(group='verl.plugins')])\n"
-         "import recipe_dapo\n"],
-        cwd="/", env=cluster_env(verl_only_python, os.environ), capture_output=True, text=True, timeout=300,
-    )
+def test_the_cluster_environment_has_verl_but_not_the_recipe(scale_job, verl_only_python, verl_overlay):
+    probe = scale_job["environment"]  # (the job asked its nodes' Python before starting them: ``environment_probe``)
     assert "No module named 'recipe_dapo'" in probe.stderr, probe.stderr[-3000:]
     version, origin = probe.stdout.splitlines()[0].split()
     assert version == node_verl(verl_overlay) and origin.startswith(str(verl_only_python.parents[1])), probe.stdout
