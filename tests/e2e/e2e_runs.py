@@ -496,7 +496,6 @@ def shared_runs_read_by(items) -> list[str]:
     return [name for name in (*COMMANDS, *TRAINERS, *JOBS) if name in wanted]
 
 
-
 def session_order(items):
     """The sort key of the session's tests: the unit tests first, then the e2e tests in the queue's order of the
     shared runs they read (a test that reads none first, one that reads several by the last): a test that needs
@@ -510,6 +509,7 @@ def session_order(items):
         return (1, max((queue.index(name) for name in shared_runs_read_by([item])), default=-1))
 
     return key
+
 
 # The older verl release the recipe supports (setup.py), and pip's messages when it cannot reach the package index to
 # fetch it (name resolution, refused or timed-out connections, a proxy).
