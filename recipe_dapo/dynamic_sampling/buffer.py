@@ -77,6 +77,11 @@ class GroupBuffer:
             _Segment(payload, np.asarray(group_ids), np.asarray(offsets, np.int64), born_step, int(version))
         )
 
+    def payloads_by_version(self) -> list[tuple[Any, int]]:
+        """Each segment's payload (whole, taken rows included) with the policy version its groups were generated
+        with, oldest first."""
+        return [(segment.payload, segment.born_version) for segment in self._segments]
+
     def drop_older_than(self, version: int) -> np.ndarray:
         """Remove groups generated with a policy version before ``version``; returns the ids of the groups dropped."""
         dropped = [s.group_ids[s.start :] for s in self._segments if s.born_version < version]

@@ -116,6 +116,17 @@ class DynamicSampler:
     # ---------------------------------------------------------------- queries
 
     @property
+    def policy_version(self) -> int:
+        """Policy updates so far (steps whose batch held at least one group): the version of the policy that generates
+        now, which every generated row is stamped with (``recipe_dapo.policy_lag``), and the clock of group ages."""
+        return self._version
+
+    def pooled_payloads(self) -> list[tuple[Any, int]]:
+        """The pool's payloads with the policy version each was generated with, oldest first (a trainer stamps rows
+        that a checkpoint written before policy versions holds without one)."""
+        return self._pool.payloads_by_version()
+
+    @property
     def keep_rate_estimate(self) -> float:
         """Running estimate of the fraction of generated groups that qualify."""
         return self._keep_rate.value
