@@ -32,6 +32,7 @@ from recipe_dapo.main_dapo import main as run_main
 from recipe_dapo.main_dapo import refusals_exit_cleanly
 from recipe_dapo.preflight import CheckReport, check_config, check_rules
 from recipe_dapo.preflight.memory_rule import plan_lines
+from recipe_dapo.policy_lag import correction_line
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ def _hydra_main(config: DictConfig) -> None:
     with refusals_exit_cleanly():
         report = dry_run(config)
     log_report(report)
+    logger.info("%s", correction_line(config))
     for line in plan_lines(config):  # the per-GPU memory plan (recipe_dapo.preflight.memory_plan)
         logger.info("%s", line)
 

@@ -31,6 +31,7 @@ from recipe_dapo.tracking.noise import attach_log_file, recipe_line  # noqa: E40
 from recipe_dapo.preflight.checkpoints import hold_run_folder  # noqa: E402
 from recipe_dapo.trainers.checkpoint_guard import nothing_left_to_train  # noqa: E402
 from recipe_dapo.trainers.table import load, trainer_for  # noqa: E402
+from recipe_dapo.policy_lag import correction_line  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ def run(config: DictConfig) -> None:
     print(recipe_line("\n".join(report.summary_lines())), flush=True)
     trainer = trainer_for(config)
     print(recipe_line(trainer.log_line()), flush=True)
+    print(recipe_line(correction_line(config)), flush=True)  # which behaviour-policy correction runs, and why
     finished = nothing_left_to_train(config)  # a rerun of a finished run: say so instead of starting a cluster
     if finished:
         print(recipe_line(finished), flush=True)

@@ -99,7 +99,16 @@ def _local_ray(value, *, _parent_):
     return None if joins_running_cluster(_parent_.get("address")) else value
 
 
+def _behaviour_is(mode, max_staleness, use_v1, v1_mode):
+    """``algorithm.rollout_correction.rollout_is`` as ``dapo.behaviour_correction`` sets it: ``token`` where rows of
+    an older policy can be trained, else null (``recipe_dapo.policy_lag.correction``)."""
+    from recipe_dapo.policy_lag.correction import default_rollout_is
+
+    return default_rollout_is(str(mode), int(max_staleness), bool(use_v1), None if v1_mode is None else str(v1_mode))
+
+
 RESOLVERS = {
+    "recipe_dapo.behaviour_is": _behaviour_is,
     "recipe_dapo.sum": _sum,
     "recipe_dapo.mul": _mul,
     "recipe_dapo.div": _div,

@@ -31,3 +31,22 @@ def rule_clip(config: DictConfig, report: CheckReport) -> Iterable[str]:
     from recipe_dapo.loss.clip import clip_problems
 
     yield from clip_problems(select(config, "actor_rollout_ref.actor"))
+
+
+def rule_behaviour_correction(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """A behaviour-policy correction must have something to weigh by, and ``dapo.behaviour_correction`` a known mode."""
+    from recipe_dapo.policy_lag.correction import CORRECTION_MODES, configured_level
+
+    mode = select(config, "dapo.behaviour_correction", "auto")
+    if mode not in CORRECTION_MODES:
+        yield (f"dapo.behaviour_correction={mode!r} is not one of {', '.join(CORRECTION_MODES)}: auto corrects "
+               "wherever an older policy's rows can be trained, on always, off never")
+        return
+    correction = select(config, "algorithm.rollout_correction", None)
+    uses_rollout_log_probs = configured_level(correction) or (correction and (
+        correction.get("rollout_rs") or correction.get("bypass_mode")))
+    if uses_rollout_log_probs and not select(config, "actor_rollout_ref.rollout.calculate_log_probs", True):
+        yield ("algorithm.rollout_correction weighs tokens by the rollout engine's log-probs, but "
+               "actor_rollout_ref.rollout.calculate_log_probs=false: the rollout sends none, so the correction would "
+               "apply to nothing; set actor_rollout_ref.rollout.calculate_log_probs=true, or turn the correction off "
+               "(dapo.behaviour_correction=off, algorithm.rollout_correction.rollout_is=null)")
