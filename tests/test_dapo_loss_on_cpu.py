@@ -19,7 +19,7 @@ from verl.utils.metric import AggregationType, Metric, reduce_metrics
 from verl.workers.config import ActorConfig, PolicyLossConfig
 from verl.workers.utils.losses import ppo_loss
 
-from recipe_dapo.loss.dapo import DAPO_METRIC_NAMES, clip_bounds, compute_policy_loss_dapo
+from recipe_dapo.loss.dapo import BEHAVIOUR_METRIC_NAMES, DAPO_METRIC_NAMES, clip_bounds, compute_policy_loss_dapo
 
 ALL_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum", "seq-mean-token-sum")
 
@@ -193,7 +193,7 @@ def test_metrics_count_each_clip_region_on_the_hand_made_case():
     _, metrics = compute_policy_loss_dapo(
         **loss_inputs(HAND_RATIOS, HAND_ADVANTAGES, HAND_MASK), loss_agg_mode="token-mean", config=actor_config()
     )
-    assert set(metrics) == set(DAPO_METRIC_NAMES)
+    assert set(metrics) == set(DAPO_METRIC_NAMES) | set(BEHAVIOUR_METRIC_NAMES)
     # Of 8 valid tokens: clipped high 3 and 8, low 4, dual 7 (padding with r = 10, A < 0 not counted).
     assert metrics["actor/pg_clipfrac"] == pytest.approx(3 / 8)
     assert metrics["actor/pg_clipfrac_eps_high"] == pytest.approx(2 / 8)

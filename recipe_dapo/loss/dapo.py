@@ -41,6 +41,9 @@ __all__ = [
     "CLIPFRAC_EPS_HIGH",
     "CLIPFRAC_EPS_LOW",
     "DAPO_LOSS_MODE",
+    "BEHAVIOUR_METRIC_NAMES",
+    "BEHAVIOUR_WEIGHTED",
+    "BEHAVIOUR_WEIGHT_MEAN",
     "DAPO_METRIC_NAMES",
     "ClipBounds",
     "clip_bounds",
@@ -76,6 +79,12 @@ DAPO_METRIC_NAMES = (
     "actor/clipped_high_token_prob_mean",
     "actor/clipped_high_token_prob_max",
 )
+BEHAVIOUR_WEIGHTED = "actor/behaviour_weighted"
+"""1.0 when the loss multiplied its tokens by rollout importance weights (the behaviour-policy correction reached
+the loss), 0.0 when it got none; averaged like the others, so a fraction of micro-batches in between."""
+BEHAVIOUR_WEIGHT_MEAN = "actor/behaviour_weight_mean"
+"""Mean weight the loss applied over valid tokens (1.0 without weights)."""
+BEHAVIOUR_METRIC_NAMES = (BEHAVIOUR_WEIGHTED, BEHAVIOUR_WEIGHT_MEAN)
 
 
 @register_policy_loss(DAPO_LOSS_MODE)
@@ -94,7 +103,8 @@ def compute_policy_loss_dapo(
     ``config.global_batch_info`` (dp_size, batch_num_tokens, global_batch_size, loss_scale_factor).
     All tensors are [batch, response_length]; ``response_mask`` selects the valid tokens.
 
-    Returns ``(loss, metrics)``; the metric names are :data:`DAPO_METRIC_NAMES`.
+    Returns ``(loss, metrics)``; the metric names are :data:`DAPO_METRIC_NAMES` and :data:`BEHAVIOUR_METRIC_NAMES`
+    (whether ``rollout_is_weights``, the behaviour-policy correction, reached this loss, and their mean).
     """
     if config is None:
         raise ValueError("the dapo policy loss needs the actor config (verl passes config=ActorConfig)")
@@ -121,7 +131,18 @@ def compute_policy_loss_dapo(
     loss = agg_loss(loss_mat=token_losses, loss_mask=mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
 
     metrics = _clip_metrics(log_ratio, ratio, log_prob, advantages, mask, bounds)
+    metrics.update(behaviour_weight_metrics(rollout_is_weights, mask))
     return loss, metrics
+
+
+@torch.no_grad()
+def behaviour_weight_metrics(rollout_is_weights: Optional[torch.Tensor], mask: torch.Tensor) -> dict[str, float]:
+    """:data:`BEHAVIOUR_METRIC_NAMES` for one micro-batch: the trainer checks from them that a configured
+    correction reached the loss (``recipe_dapo.policy_lag.correction``)."""
+    if rollout_is_weights is None:
+        return {BEHAVIOUR_WEIGHTED: 0.0, BEHAVIOUR_WEIGHT_MEAN: 1.0}
+    mean = verl_F.masked_mean(rollout_is_weights.detach().float(), mask) if mask.any() else torch.tensor(1.0)
+    return {BEHAVIOUR_WEIGHTED: 1.0, BEHAVIOUR_WEIGHT_MEAN: float(mean)}
 
 
 def _global_batch_info(config: ActorConfig | DictConfig) -> dict:

@@ -26,6 +26,8 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig
 
 from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig, sampler_config, sampler_settings
+from recipe_dapo.loss.dapo import BEHAVIOUR_WEIGHTED
+from recipe_dapo.policy_lag import configured_level, correction_not_reached, lag_metrics
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.checkpoint_state import checkpoint_exists, guarded_save, load_recipe_state, resume_line, \
     save_recipe_state
@@ -53,6 +55,10 @@ def given_up_outcome(signal_name: str, step: int) -> str:
                                         "when the run resumes)")
 
 
+class BehaviourCorrectionNotApplied(RuntimeError):
+    """A behaviour-policy correction is configured but its weights did not reach the policy loss."""
+
+
 class RecipeRun:
     """The run-wide state and decisions both trainers share (module docstring). ``tokenizer`` gives the stop ids."""
 
@@ -64,6 +70,9 @@ class RecipeRun:
         self.stopped_by: Optional[str] = None  # the signal's name once the run stopped for pre-emption
         self.tracker: Any = None  # opened by the trainer's loop (``open_tracker``)
         self._stop_ids: Optional[list[int]] = None
+        correction = config.get("algorithm", {}).get("rollout_correction", None)
+        self.correction_level = configured_level(correction)  # the IS level whose weights must reach the loss
+        self.correction_threshold = correction.get("rollout_is_threshold", 2.0) if correction else 2.0
 
     # ------------------------------------------------------------------ the sampler
 
@@ -74,8 +83,23 @@ class RecipeRun:
     # ------------------------------------------------------------------ the update guard
 
     def observe_update(self, metrics: dict, step: int) -> None:
-        """After an actor update: a skipped (non-finite) update is counted, or stops the run (``UpdateGuard``)."""
+        """After an actor update: a skipped (non-finite) update is counted, or stops the run (``UpdateGuard``); a
+        configured behaviour-policy correction whose weights did not reach the loss stops it (``policy_lag``)."""
         self.update_guard.observe(metrics, step)
+        problem = correction_not_reached(self.correction_level, metrics, BEHAVIOUR_WEIGHTED)
+        if problem:
+            raise BehaviourCorrectionNotApplied(f"step {step}: {problem}")
+
+    # ------------------------------------------------------------------ the behaviour policy (``policy_lag``)
+
+    def policy_lag_metrics(self, lags, group_ids, response_mask, old_log_probs=None, rollout_log_probs=None) -> dict:
+        """The step's ``policy_lag/*`` metrics, from the rows' lags and (when the rollout sent them) the log
+        importance weights ``log pi_old - log pi_rollout`` the correction weighs by."""
+        log_weight = None
+        if old_log_probs is not None and rollout_log_probs is not None:
+            log_weight = old_log_probs.float() - rollout_log_probs.float()
+        return lag_metrics(lags, group_ids, response_mask, log_weight, self.correction_level,
+                           self.correction_threshold)
 
     # ------------------------------------------------------------------ pre-emption (``trainers.preemption``)
 

@@ -52,6 +52,7 @@ from recipe_dapo.dynamic_sampling import (
     collect_step,
     trajectory_metric,
 )
+from recipe_dapo.policy_lag import POLICY_VERSION, row_lags, stamp
 from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds, \
@@ -202,6 +203,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         with marked_timer(STEP_TIMER, timing):
             # Until the update, a stop request gives the step up: it starts again from this state on resume.
             self._step_start = self._recipe_state(compact=False)
+            self._policy_version = self.sampler.policy_version  # the policy this step generates with and updates
             self.recipe.give_up.armed_for(self.global_steps)
             batch = self.collect_filtered_batch(metrics, timing)
             self.recipe.give_up.disarm()
@@ -280,6 +282,8 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 rollouts = rollouts.union(self._compute_reward_colocate(rollouts))
             reward_tensor, reward_extra_info = extract_reward(rollouts)
         rollouts.batch["token_level_scores"] = reward_tensor
+        # Which policy generated these rows: carried over or resumed, they keep it (``recipe_dapo.policy_lag``).
+        rollouts.non_tensor_batch[POLICY_VERSION] = stamp(len(rollouts), self.sampler.policy_version)
         rollouts.non_tensor_batch.update({key: np.array(values) for key, values in reward_extra_info.items()})
         return rollouts
 
@@ -326,6 +330,9 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
             self._balance_batch(batch, metrics=metrics)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
         batch.meta_info["images_seqlens"] = _images_seqlens(batch)
+        # Each row's lag behind the policy being updated; the column stays here (the workers need none of it).
+        lags = row_lags(self._policy_version, batch.non_tensor_batch.pop(POLICY_VERSION, None))
+        response_mask = batch.batch["response_mask"].clone()  # before any rejection the correction applies
 
         rollout_corr_config = self.config.algorithm.get("rollout_correction", None)
         bypass_mode = bool(rollout_corr_config and rollout_corr_config.get("bypass_mode", False))
@@ -367,6 +374,10 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
                 config=self.config.algorithm,
             )
+        tensors = batch.batch.keys()
+        metrics.update(self.recipe.policy_lag_metrics(
+            lags, batch.non_tensor_batch["uid"], response_mask,
+            *(batch.batch[key] if key in tensors else None for key in ("old_log_probs", "rollout_log_probs"))))
         metrics.update(compute_data_metrics(batch=batch, use_critic=False))  # every trained response, unfiltered
         return batch
 
@@ -480,6 +491,9 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
 
     def _load_recipe_state(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        for payload, version in self.sampler.pooled_payloads():
+            if POLICY_VERSION not in payload.non_tensor_batch:  # pooled by a recipe without policy versions
+                payload.non_tensor_batch[POLICY_VERSION] = stamp(len(payload), version)
         self.prompt_stream.load_state_dict(state["prompt_stream"])
         # The base skips the dataloader restore at "epoch boundaries" counted in its own batches, which do
         # not line up with DAPO's steps; the position saved with the sampler is authoritative.

@@ -31,6 +31,7 @@ from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, registe
 
 from recipe_dapo.compat.verl import v1_tracking
 from recipe_dapo.overlong import TRUNCATED_COLUMN
+from recipe_dapo.policy_lag import row_lags
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.preemption import Preempted, StepGivenUp
 from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
@@ -100,6 +101,21 @@ class _DAPOOnV1(HoldsRecipeRun):
             tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                             fields=TensorDict({"response_mask": restored, "loss_mask": restored},
                                               batch_size=len(batch.keys)))
+
+    def _compute_advantage(self, batch, metrics: dict):
+        """verl's advantages (and its rollout correction's weights), then the step's ``policy_lag/*`` metrics: each
+        row's lag behind the policy being updated (version ``global_steps - 1``: verl syncs the weights of step s as
+        version s) from the first weight version that generated it (``versions_of``)."""
+        batch = super()._compute_advantage(batch, metrics)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["response_mask", "old_log_probs", "rollout_log_probs"])
+        tensors = data.to_padded_tensor()
+        current = self.global_steps - 1
+        lags = row_lags(current, versions_of(batch.tags, current))
+        group_ids = np.array([key.split("_", 1)[0] for key in batch.keys], dtype=object)
+        metrics.update(self.recipe.policy_lag_metrics(lags, group_ids, tensors["response_mask"],
+                                                      tensors.get("old_log_probs"), tensors.get("rollout_log_probs")))
+        return batch
 
     def _overlong_masks(self, data) -> tuple[torch.Tensor, dict]:
         """The response masks with truncated responses zeroed (``recipe_dapo.overlong``'s rule), as nested rows."""
@@ -243,6 +259,23 @@ class _DAPOOnV1(HoldsRecipeRun):
         in_flight = f"{self._restored_tq_prompt_count} prompts restored in flight" if not self.replay_buffer.drain else (
             "no prompts in flight (sync)")
         self.recipe.announce_resume(self.global_steps, self.replay_buffer.sampler.pooled_groups, in_flight)
+
+
+def versions_of(tags: list, current: int) -> np.ndarray:
+    """Per row of a v1 batch, the policy version of its oldest token: verl's ``min_global_steps`` (the weight version
+    the rollout server held when the row's first token was generated; a request resumed after an update spans
+    several), else the version it was submitted under (``global_steps - 1``); ``current`` for verl's padding rows
+    (they carry no loss); None for a row with neither (``row_lags`` refuses it)."""
+    versions = []
+    for tag in tags:
+        if tag.get("is_padding", False):
+            versions.append(int(current))
+            continue
+        first = tag.get("min_global_steps")
+        if first is None and tag.get("global_steps") is not None:
+            first = int(tag["global_steps"]) - 1
+        versions.append(None if first is None else max(int(first), 0))
+    return np.array(versions, dtype=object)
 
 
 @register_trainer(v1_entry("sync").registered_name)
