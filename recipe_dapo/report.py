@@ -22,6 +22,8 @@ The panels (:data:`PANELS`) and the metrics each reads; a panel whose metrics no
     response length      response_length/mean (trained batch)
     overlong share       overlong/truncated_ratio (all generated), overlong/filtered_ratio (dropped from the loss)
     step time            timing_s/gen, and timing_s/step less it
+    policy lag           policy_lag/stale_group_frac (groups an older policy generated), and the mean |log w| of the
+                         behaviour weights pi_old / pi_rollout at lag 0 and 1 (right axis; recipe_dapo.policy_lag)
 
 Names are imported from the modules that log them; verl's own (entropy, response length, timing) are spelled here.
 """
@@ -41,6 +43,7 @@ import numpy as np
 from recipe_dapo.tracking.console import format_validation, number, validation_headlines
 from recipe_dapo.loss.clip import CLIPFRAC_DUAL, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
 from recipe_dapo.overlong.metrics import FILTERED_RATIO, TRUNCATED_RATIO
+from recipe_dapo.policy_lag.metrics import STALE_GROUP_FRAC, lag_key
 from recipe_dapo.reward.metrics import ACC_MEAN
 from recipe_dapo.tracking.run_log import SUPERSEDED_SUFFIX, read_metrics
 
@@ -281,10 +284,24 @@ STEP_TIME_PANEL = Panel(
     ),
     ymin=0.0,
 )
+LAG0_LOG_WEIGHT, LAG1_LOG_WEIGHT = (lag_key(lag, "log_is_weight_abs_mean") for lag in (0, 1))
+POLICY_LAG_PANEL = Panel(
+    "Policy lag: stale groups and the behaviour weights",
+    "share of trained groups",
+    (
+        Curve("stale groups (lag >= 1, left)", metric(STALE_GROUP_FRAC), (STALE_GROUP_FRAC,)),
+        Curve("mean |log w|, lag 0 (right)", metric(LAG0_LOG_WEIGHT), (LAG0_LOG_WEIGHT,), linestyle=":", right=True),
+        Curve("mean |log w|, lag 1 (right)", metric(LAG1_LOG_WEIGHT), (LAG1_LOG_WEIGHT,), linestyle="--",
+              right=True),
+    ),
+    right_ylabel="|log pi_old / pi_rollout|",
+    ymin=0.0,
+)
 PANELS = (
     TRAIN_ACCURACY, VALIDATION, KEEP_RATE_AND_ROUNDS,
     TOKENS, ENTROPY_PANEL, CLIP_FRACTIONS,
     RESPONSE_LENGTH_PANEL, OVERLONG, STEP_TIME_PANEL,
+    POLICY_LAG_PANEL,
 )  # fmt: skip
 
 

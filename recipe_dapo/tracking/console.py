@@ -18,6 +18,8 @@ The fields, from the step's metrics (a field whose metric is missing is left out
 - ``acc``: ``reward/acc_mean``, accuracy of every response generated in the step, before filtering;
 - ``keep ... in N rounds``: ``dynamic_sampling/keep_rate`` and ``num_gen_rounds``;
 - ``clip low / high``: ``actor/pg_clipfrac_eps_low`` / ``actor/pg_clipfrac_eps_high`` (the dapo loss);
+- ``stale X% (lag <= k)``, only when not zero: ``policy_lag/stale_group_frac``, the share of the trained groups an
+  older policy generated, and ``policy_lag/max`` (``recipe_dapo.policy_lag``);
 - ``len``: ``response_length/mean`` of the trained batch and ``response_length/clip_ratio`` (cut at the limit);
 - ``s``: ``timing_s/step``.
 
@@ -41,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.dynamic_sampling.sampler import GENERATED_TOKENS, KEEP_RATE, NUM_GEN_ROUNDS
 from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
+from recipe_dapo.policy_lag.metrics import MAX_LAG, STALE_GROUP_FRAC
 from recipe_dapo.reward.metrics import ACC_MEAN
 from recipe_dapo.tracking.noise import RecipeLineFormatter
 from recipe_dapo.tracking.metric_names import (
@@ -84,6 +87,9 @@ def format_step_line(step: int, total_steps: Optional[int], metrics: Mapping[str
         parts.append(f"clip low {_fmt(low, 4)} high {_fmt(high, 4)}")
     elif get(CLIPFRAC) is not None:
         parts.append(f"clip {_fmt(get(CLIPFRAC), 4)}")
+    stale = get(STALE_GROUP_FRAC)
+    if stale:  # a share of the batch an older policy generated (the behaviour-policy correction weighs it)
+        parts.append(f"stale {100 * stale:.0f}% (lag <= {int(get(MAX_LAG) or 0)})")
     length, cut = get(RESPONSE_LENGTH_MEAN), get(RESPONSE_LENGTH_CLIP_RATIO)
     if length is not None:
         parts.append(f"len {length:.1f}" + (f" ({100 * cut:.1f}% cut)" if cut is not None else ""))
