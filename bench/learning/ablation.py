@@ -116,7 +116,9 @@ def build_assets(design: Design, out: Path) -> dict[str, str]:
                                    spec=model_spec(design), task="chain", num_warmup=design.num_warmup)
 
 
-def overrides(arm: str, seed: int, design: Design, assets: dict[str, str], run_dir: Path, steps: int) -> list[str]:
+def overrides(arm: str, seed: int, design: Design, assets: dict[str, str], run_dir: Path, steps: int,
+              extra: tuple[str, ...] = ()) -> list[str]:
+    """The run's command-line overrides: the arm's ``ablation=`` config, the design, the seed; ``extra`` last."""
     rows = design.mini_batch_size * design.n  # one micro-batch per mini-batch
     return [
         "platform=cpu", "size=cpu_tiny", f"ablation={ARMS[arm]}",
@@ -149,6 +151,7 @@ def overrides(arm: str, seed: int, design: Design, assets: dict[str, str], run_d
         f"data.seed={seed}",
         f"actor_rollout_ref.rollout.seed={seed}",
         f"actor_rollout_ref.actor.data_loader_seed={seed}",
+        *extra,
     ]
 
 
@@ -167,7 +170,7 @@ def budget_reached(metrics: dict[int, dict], budget: float) -> int | None:
 
 
 def train(arm: str, seed: int, design: Design, assets: dict[str, str], work_dir: Path, budget: float,
-          max_steps: int, force: bool = False, name: str | None = None) -> Path:
+          max_steps: int, force: bool = False, name: str | None = None, extra: tuple[str, ...] = ()) -> Path:
     """One run, stopped at the first validation past ``budget`` generated tokens (or after ``max_steps``)."""
     run_dir = work_dir / (name or f"{arm}_s{seed}")
     metrics_path = run_dir / "metrics.jsonl"
@@ -179,7 +182,7 @@ def train(arm: str, seed: int, design: Design, assets: dict[str, str], work_dir:
     for stale in (metrics_path, done):
         stale.unlink(missing_ok=True)
     command = [sys.executable, "-m", "recipe_dapo.main_dapo",
-               *overrides(arm, seed, design, assets, run_dir, max_steps)]
+               *overrides(arm, seed, design, assets, run_dir, max_steps, extra)]
     (run_dir / "command.txt").write_text(shlex.join(command) + "\n")
     env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", RAY_DEDUP_LOGS="0",
                VERL_FILE_LOGGER_PATH=str(metrics_path))
