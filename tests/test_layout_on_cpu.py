@@ -179,6 +179,29 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+def _python_dunders() -> set[str]:
+    """The ``__names__`` Python itself defines (its data model, modules, functions, classes, exceptions), which any code
+    may use; any other dunder is a package's own internal (Ray's ``__ray_ready__``, say)."""
+    import types
+
+    names = {"__file__", "__path__", "__all__", "__version__", "__wrapped__", "__spec__", "__loader__", "__package__",
+             "__builtins__", "__enter__", "__exit__", "__aenter__", "__aexit__", "__iter__", "__next__", "__await__",
+             "__getitem__", "__setitem__", "__delitem__", "__len__", "__contains__", "__call__", "__get__", "__set__",
+             "__delete__", "__set_name__", "__fspath__", "__index__", "__post_init__", "__dataclass_fields__",
+             "__slots__", "__orig_bases__", "__origin__", "__args__", "__self__", "__func__", "__qualname__"}
+    for obj in (object, type, types.ModuleType("m"), _python_dunders, BaseException(), property, int, str, dict, list,
+                tuple, set, bytes, float, slice, range, types.MethodType, types.CodeType):
+        names.update(name for name in dir(obj) if name.startswith("__") and name.endswith("__"))
+    return names
+
+
+PYTHON_DUNDERS = _python_dunders()
+
+
+def _foreign_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__") and name not in PYTHON_DUNDERS
+
+
 def reaches_into_other_packages(source: str) -> list[str]:
     """Where a module touches another package's private names or replaces its module attributes (``recipe_dapo/compat``
     is where that belongs): private imports, ``mod._x`` on a name imported from another package, assignments to an
@@ -217,6 +240,8 @@ def reaches_into_other_packages(source: str) -> list[str]:
             dotted = dotted_name(node)
             if dotted and _private(node.attr) and dotted not in DOCUMENTED_PRIVATE:
                 found.append(f"line {node.lineno}: {dotted}")
+            elif _foreign_dunder(node.attr):  # on any object: a handle's __ray_ready__ is Ray's, whatever holds it
+                found.append(f"line {node.lineno}: .{node.attr} (another package's dunder internal)")
         targets = []
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -260,6 +285,9 @@ def test_the_internals_scan_flags_private_access_and_patching():
         "    setattr(tq, 'kv_put', None)\n"
         "    sys.stderr = None\n"
         "    os._exit(0)\n"
+        "    handle = tq.handle()\n"
+        "    handle.__ray_ready__.remote(), handle.__class__, handle.__dict__\n"
+        "    class W(RayPPOTrainer.__ray_actor_class__): pass\n"
     )
     assert {line.split(": ", 1)[1] for line in reaches_into_other_packages(source)} == {
         "import ray._private.utils",
@@ -269,6 +297,8 @@ def test_the_internals_scan_flags_private_access_and_patching():
         "replaces verl.trainer.ppo.v1.trainer_base.Tracking",
         "replaces verl.trainer.ppo.v1.trainer_base.pprint",
         "setattr on transfer_queue",
+        ".__ray_ready__ (another package's dunder internal)",
+        ".__ray_actor_class__ (another package's dunder internal)",
     }
 
 

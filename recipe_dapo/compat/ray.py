@@ -1,4 +1,5 @@
-"""Ray internals the recipe depends on: naming an actor from its handle, keeping Ray's driver from replacing the
+"""Ray internals the recipe depends on: naming an actor from its handle, the members Ray adds to every actor class
+(``__ray_actor_class__``, ``__ray_ready__``, ``__ray_call__``), keeping Ray's driver from replacing the
 pre-emption guard's SIGTERM handler, and starting the processes of the driver's Ray node in a session of their own, so
 that a scheduler's signal to the driver's process group reaches the driver only (``trainers.preemption``)."""
 
@@ -31,6 +32,30 @@ def actor_label(handle) -> str:
         return f"{name} {handle._actor_id.hex()[:12]}"
     except Exception:
         return repr(handle)
+
+
+@touches("ray.actor._modify_class", how="reads", checked=RAY,
+         why="it gives every actor class __ray_actor_class__, the plain class a remote class wraps: the one way to "
+             "subclass a remote class of another package (verl's agent-loop worker)")
+def actor_class(remote_class) -> type:
+    """The plain Python class of a Ray remote class (what ``@ray.remote`` wrapped), to derive from it."""
+    return remote_class.__ray_actor_class__
+
+
+@touches("ray.actor._modify_class", how="calls", checked=RAY,
+         why="it gives every actor __ray_ready__, a no-op method: the cheapest call that says whether an actor of "
+             "another package's class (it cannot be given a method) is alive")
+def ready(handle):
+    """An object ref that resolves once the actor behind ``handle`` answers (raises if it is dead)."""
+    return handle.__ray_ready__.remote()
+
+
+@touches("ray.actor._modify_class", how="calls", checked=RAY,
+         why="it gives every actor __ray_call__, which runs a function inside the actor's process: how the recipe asks "
+             "another package's actor (verl's workers) which node it runs on")
+def run_in_actor(handle, function):
+    """An object ref of ``function(actor_instance)`` run inside the actor behind ``handle``."""
+    return handle.__ray_call__.remote(function)
 
 
 @touches("ray.init", how="wraps", checked=RAY, params=("address",),

@@ -151,6 +151,8 @@ _CLASSIC_HOOKS = {
 _V1_HOOKS = {
     "_update_actor": ("overrides", ("batch", "metrics"),
                       "overlong filtering masks truncated responses around verl's update; the update guard counts it"),
+    "_compute_advantage": ("overrides", ("batch", "metrics"),
+                           "after verl's advantages and rollout-correction weights, the step's policy_lag/* metrics"),
     "_validate": ("overrides", (), "skipped once the run is pre-empted"),
     "_compute_metrics": ("overrides", ("batch", "metrics", "timing_raw", "global_steps", "epoch"),
                          "the response tokens that carried loss"),

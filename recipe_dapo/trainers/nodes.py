@@ -174,8 +174,10 @@ def log_placement(actor_workers: list, replicas: list) -> dict[str, dict[str, li
     """
     import ray
 
+    from recipe_dapo.compat.ray import run_in_actor
+
     def node_of(actor) -> Any:
-        return actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
+        return run_in_actor(actor, lambda self: ray.get_runtime_context().get_node_id())
 
     actor_nodes = ray.get([node_of(worker) for worker in actor_workers])
     servers = [(replica.replica_rank, server) for replica in replicas for server in getattr(replica, "servers", [])]

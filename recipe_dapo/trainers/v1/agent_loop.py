@@ -16,13 +16,14 @@ import transfer_queue as tq
 
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
+from recipe_dapo.compat.ray import actor_class
 from recipe_dapo.compat.verl import init_agent_loop_worker_tq
 from recipe_dapo.trainers.rollout_health import error_tag
 
 logger = logging.getLogger(__name__)
 
 
-class _DAPOAgentLoopWorkerTQ(AgentLoopWorkerTQ.__ray_actor_class__):
+class _DAPOAgentLoopWorkerTQ(actor_class(AgentLoopWorkerTQ)):
     def __init__(self, *args, **kwargs):
         # What verl's AgentLoopWorkerTQ.__init__ does: its zero-argument super() fails in the Ray worker (there its class
         # cell is a copy of the class this one derives from: "super(type, obj): obj must be an instance or subtype").
