@@ -152,8 +152,9 @@ def test_the_copied_agent_loop_worker_init_still_equals_verls():
              or isinstance(getattr(s, "value", None), ast.Call)]
     assert calls == ["AgentLoopWorker.__init__(worker, *args, **kwargs)", "tq.init()", "worker.background_tasks = set()"]
     copies = [site.symbol for site in SITES if site.how == "copies"]
-    assert copies == [f"{compat_verl.AGENT_LOOP_WORKER_TQ}.__init__"], (
-        "a new copied piece of another package needs a test comparing it with the original, like this one")
+    assert sorted(copies) == sorted([f"{compat_verl.AGENT_LOOP_WORKER_TQ}.__init__", compat_verl.COPIED_FIT]), (
+        "a new copied piece of another package needs a test comparing it with the original, like this one (and "
+        "test_the_classic_adapters_copy_of_verls_fit_step_was_read_against_this_verls_fit)")
 
 
 # ---------------------------------------------------------------------------------------- the recipe's subclasses
@@ -277,3 +278,24 @@ def test_ray_still_gives_every_actor_class_the_members_compat_ray_uses():
     source = inspect.getsource(ray.actor._modify_class)
     for member in ("__ray_actor_class__ = ", "def __ray_ready__(self)", "def __ray_call__("):
         assert member in source, f"ray.actor._modify_class no longer defines {member!r}: update recipe_dapo/compat/ray.py"
+
+
+def fit_source_sha256() -> str:
+    import hashlib
+
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    return hashlib.sha256(textwrap.dedent(inspect.getsource(RayPPOTrainer.fit)).encode()).hexdigest()
+
+
+def test_the_classic_adapters_copy_of_verls_fit_step_was_read_against_this_verls_fit():
+    """The classic adapter repeats the phases of verl's ``RayPPOTrainer.fit`` it keeps (``compat.verl.COPIED_FIT``); a
+    verl whose ``fit`` differs from the one the copy was read against fails here, naming what to compare."""
+    installed = importlib.metadata.version("verl")
+    recorded = compat_verl.COPIED_FIT_SHA256.get(installed)
+    assert recorded is not None, (f"the classic adapter's copy of verl's fit step was checked on "
+                                  f"{sorted(compat_verl.COPIED_FIT_SHA256)}, not on verl {installed}: compare "
+                                  "RayDAPOTrainer.prepare_update/update_actor/log_step with this verl's fit, then record "
+                                  "its hash in recipe_dapo/compat/verl.py COPIED_FIT_SHA256")
+    assert fit_source_sha256() == recorded, (f"verl {installed}'s RayPPOTrainer.fit is not the one the classic adapter's "
+                                             "copy was read against: compare and record the new hash")

@@ -106,6 +106,20 @@ def wrap_update_weights(checkpoint_manager: Any, wrap: Callable[[Callable], Call
     return restore
 
 
+# ------------------------------------------------------------------------------------------------ the copied fit step
+
+COPIED_FIT = f"{CLASSIC}.fit"
+COPIED_FIT_SHA256 = {"0.9.1": "b5678ef1a7c07ab61e2b2cd37233a9c980c6dd71eeeee9d1a02a6f829d5ffd32"}
+"""verl release -> sha256 of ``inspect.getsource(RayPPOTrainer.fit)`` (dedented) that the classic adapter's copy of its
+step (``prepare_update``: old and reference log-probs, rollout correction, KL in the reward, advantages;
+``update_actor``; ``log_step``'s metrics) was read against. verl's ``fit`` is one 400-line loop with no hook per phase,
+so the recipe's step repeats those calls; when verl's ``fit`` changes, the contract test fails until the copy is
+compared with the new one and the hash recorded here."""
+declare(COPIED_FIT, how="copies", checked=tuple(COPIED_FIT_SHA256), where=CLASSIC_ADAPTER,
+        why="the classic adapter's train_step repeats the phases of verl's fit it keeps (old/ref log-probs, rollout "
+            "correction, advantages, the update, the step's metrics) around DAPO's sampler and overlong filter")
+
+
 # ------------------------------------------------------------------------------------------------ v1 agent loop
 
 
