@@ -199,17 +199,17 @@ def actor_configs(model_path: str, modes, fp32: bool = False) -> dict[str, dict]
 
 def actor_config_dict(model_path: str) -> dict:
     """The recipe's composed actor config (``platform=cpu size=cpu_chain``) on the tiny model, lr 0."""
-    from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    with initialize_config_module("recipe_dapo.config", version_base=None):
-        config = compose("dapo_trainer", overrides=[
-            "platform=cpu", "size=cpu_chain", f"actor_rollout_ref.model.path={model_path}",
-            "actor_rollout_ref.actor.optim.lr=0.0",
-            "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
-            "actor_rollout_ref.actor.use_dynamic_bsz=true",
-            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={MICRO_BATCH_TOKENS}",
-        ])
+    from recipe_dapo.config.compose import compose
+
+    config = compose([
+        "platform=cpu", "size=cpu_chain", f"actor_rollout_ref.model.path={model_path}",
+        "actor_rollout_ref.actor.optim.lr=0.0",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={MICRO_BATCH_TOKENS}",
+    ])
     return OmegaConf.to_container(config.actor_rollout_ref, resolve=True)
 
 

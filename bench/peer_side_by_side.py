@@ -73,13 +73,10 @@ def run_verl_v1(overrides: list[str], poll_interval_s: float | None = None) -> N
     from recipe_dapo.tracking.noise import attach_log_file, install_console_filter
 
     install_console_filter()
-    from hydra import compose, initialize_config_module
-
-    import recipe_dapo.config  # noqa: F401
+    from recipe_dapo.config.compose import compose
     from recipe_dapo.cpu.memory import apply_cpu_kv_cache
 
-    with initialize_config_module("recipe_dapo.config", version_base=None):
-        config = compose("dapo_trainer", overrides=overrides)
+    config = compose(overrides)
     attach_log_file(config)
     apply_cpu_kv_cache(config)
     from verl.trainer.main_ppo import run_ppo

@@ -28,6 +28,7 @@ from typing import Sequence
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from recipe_dapo.config.compose import compose as compose_config
 from recipe_dapo.main_dapo import main as run_main
 from recipe_dapo.main_dapo import refusals_exit_cleanly
 from recipe_dapo.preflight import CheckReport, check_config, check_rules
@@ -60,12 +61,8 @@ def dry_run(config: DictConfig, require_files: bool | None = None) -> CheckRepor
 
 
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
-    """The config ``python -m recipe_dapo.main_dapo <overrides>`` would train with (Hydra's compose API)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-
-    with initialize_config_module(config_module="recipe_dapo.config", version_base=None):
-        return hydra_compose(config_name="dapo_trainer", overrides=list(overrides))
+    """The config ``python -m recipe_dapo.main_dapo <overrides>`` would train with (``recipe_dapo.config.compose``)."""
+    return compose_config(overrides)
 
 
 def log_report(report: CheckReport) -> None:

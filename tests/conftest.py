@@ -142,10 +142,9 @@ _parse_interpolations_once()
 
 @functools.lru_cache(maxsize=None)
 def _composed(overrides: tuple[str, ...]):
-    from hydra import compose, initialize_config_module
+    from recipe_dapo.config.compose import compose
 
-    with initialize_config_module("recipe_dapo.config", version_base=None):
-        return compose("dapo_trainer", overrides=list(overrides))
+    return compose(list(overrides))
 
 
 def small_run(data_overrides, *extra) -> list[str]:

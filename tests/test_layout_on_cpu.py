@@ -168,6 +168,79 @@ def test_the_import_direction_rules_flag_an_upward_import():
 
 # ------------------------------------------------------------------------------------------------ other packages' internals
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the recipe modules it imports, at module level or inside functions (``from recipe_dapo.pkg import x``
+    is module ``recipe_dapo.pkg.x`` when that is a module, else the package ``recipe_dapo.pkg``)."""
+    graph = {}
+    for module, source in sources.items():
+        imported = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    imported.add(full if full in sources else node.module)
+        graph[module] = {name for name in imported if name in sources and name != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import one another in a circle (strongly connected components of two or more)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:  # Tarjan's algorithm
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_recipe_modules_import_one_another_in_a_circle_function_level_imports_included():
+    graph = import_graph({module_name(path): path.read_text() for path in recipe_modules()})
+    assert len(graph) > 100 and sum(map(len, graph.values())) > 200  # the graph is the recipe's, not empty
+    assert import_circles(graph) == [], (
+        "modules that import one another in a circle (an import inside a function closes a circle too): move what both "
+        "need below both")
+
+
+def test_the_circle_check_finds_a_circle_closed_by_an_import_inside_a_function():
+    # Positive control: the shape the recipe once had (dry_run -> preflight -> memory_plan -> dry_run, the last a
+    # function-level import), and a package whose __init__ is imported by name.
+    sources = {
+        "recipe_dapo.dry_run": "from recipe_dapo.preflight import check\n",
+        "recipe_dapo.preflight": "from recipe_dapo.preflight.memory_plan import plan\n",
+        "recipe_dapo.preflight.memory_plan": "def compose_size():\n    from recipe_dapo.dry_run import compose\n",
+        "recipe_dapo.config": "",
+        "recipe_dapo.config.compose": "import recipe_dapo.config\n",
+    }
+    assert import_circles(import_graph(sources)) == [
+        ["recipe_dapo.dry_run", "recipe_dapo.preflight", "recipe_dapo.preflight.memory_plan"]]
+
+
 DOCUMENTED_PRIVATE = {"os._exit": "Python documents it as the way a forked child (or a process that must not run exit "
                                   "handlers) exits"}
 """Private-looking names of other packages that their documentation makes public."""

@@ -54,13 +54,11 @@ def unknown_override_keys(overrides: Sequence[str], config: DictConfig, groups: 
 
 def suggest_for_overrides(overrides: Sequence[str]) -> list[str]:
     """'Did you mean' lines for the command-line overrides whose keys the recipe's config does not have."""
-    from hydra import compose, initialize_config_module
-
     from recipe_dapo.config import config_groups
+    from recipe_dapo.config.compose import compose
 
     try:
-        with initialize_config_module("recipe_dapo.config", version_base=None):
-            base = compose("dapo_trainer")
+        base = compose()
     except Exception:  # the base config itself does not compose: Hydra's own message says why
         return []
     return unknown_override_keys([o for o in overrides if "/" not in o.split("=", 1)[0]], base, config_groups())

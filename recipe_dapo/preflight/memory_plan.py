@@ -805,7 +805,7 @@ def compose_size(size: str | None, overrides: list[str] = ()) -> Any:
     """The resolved config ``python -m recipe_dapo.main_dapo [size=<size>] <overrides>`` would train with."""
     from omegaconf import OmegaConf
 
-    from recipe_dapo.dry_run import compose
+    from recipe_dapo.config.compose import compose
 
     config = compose([f"size={size}"] * bool(size) + list(overrides))
     return OmegaConf.create(OmegaConf.to_container(config, resolve=True))

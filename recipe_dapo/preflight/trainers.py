@@ -76,14 +76,9 @@ def rule_v1_installed(config: DictConfig, report: CheckReport) -> Iterable[str]:
 @functools.lru_cache(maxsize=1)
 def _defaults() -> dict[str, object]:
     """Every option's value in the recipe's config as composed with no override (verl's defaults, the recipe's)."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
+    from recipe_dapo.config.compose import compose
 
-    if GlobalHydra.instance().is_initialized():  # inside the entry point's @hydra.main: compose with its search path
-        base = compose("dapo_trainer")
-    else:
-        with initialize_config_module("recipe_dapo.config", version_base=None):
-            base = compose("dapo_trainer")
+    base = compose()  # inside the entry point's @hydra.main: with its search path
     return dict(_leaves(base, ("trainer.v1", "algorithm.filter_groups")))
 
 

@@ -45,7 +45,7 @@ from recipe_dapo.dynamic_sampling.sampler import GENERATED_TOKENS, KEEP_RATE, NU
 from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
 from recipe_dapo.policy_lag.metrics import MAX_LAG, STALE_GROUP_FRAC
 from recipe_dapo.reward.metrics import ACC_MEAN
-from recipe_dapo.tracking.noise import RecipeLineFormatter
+from recipe_dapo.tracking.lines import RecipeLineFormatter
 from recipe_dapo.tracking.metric_names import (
     RESPONSE_LENGTH_CLIP_RATIO,
     RESPONSE_LENGTH_MEAN,

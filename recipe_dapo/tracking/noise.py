@@ -47,15 +47,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from recipe_dapo.tracking.lines import TAG, TAG_ENV, RecipeLineFormatter, recipe_line  # noqa: F401  (the router's marks)
+
 DISABLE_ENV = "DAPO_CONSOLE_FILTER"
 """``0`` shows every line on the console (the log file is written either way)."""
 LOG_FILE_ENV = "DAPO_LOG_FILE"
 """The log file's path, instead of ``<experiment>.log`` beside the metrics file."""
-TAG_ENV = "DAPO_CONSOLE_TAG"
-"""Set by :func:`install_console_filter` in the driver (Ray workers inherit it): recipe lines carry :data:`TAG`."""
-TAG = "[dapo] "
-"""The mark of a recipe line on its way to the driver; the router removes it from the console (the log file and
-Ray's own log files keep it: ``grep -F '[dapo]'`` lists the recipe's lines)."""
 RECORD_ENV = "DAPO_CONSOLE_RECORD"
 """A path: every line the router sees is also appended there as it came, ``1|`` or ``2|`` (stdout/stderr) first;
 what ``tests/fixtures/console_cpu_run.txt`` was recorded with."""
@@ -275,23 +272,6 @@ first appears, whatever the order)."""
 
 HEARTBEAT_S = 15.0
 """During start-up, seconds without a console line before the console says what the run is still doing."""
-
-
-def recipe_line(text: str) -> str:
-    """``text`` marked as a line of the recipe for the console (each of its lines), when a router is active."""
-    if not os.environ.get(TAG_ENV):
-        return text
-    return "\n".join(TAG + line for line in text.split("\n"))
-
-
-class RecipeLineFormatter(logging.Formatter):
-    """The message alone, marked as a recipe line (:func:`recipe_line`): the console logger's formatter."""
-
-    def __init__(self):
-        super().__init__("%(message)s")
-
-    def format(self, record: logging.LogRecord) -> str:
-        return recipe_line(super().format(record))
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
