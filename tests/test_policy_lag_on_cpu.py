@@ -262,3 +262,18 @@ def test_the_cpu_platform_trains_in_float32_as_vllm_cpu_generates():
     assert config.actor_rollout_ref.rollout.dtype == "float32"
     assert math.isclose(config.algorithm.rollout_correction.rollout_is_threshold, 2.0)
 
+
+
+def test_v1_rows_take_the_first_weight_version_verl_recorded_for_them():
+    """On verl's v1 trainer a row's version is verl's ``min_global_steps`` (a request resumed after an update spans
+    versions 3-4: its oldest token is version 3), else the step it was submitted in less one; verl's padding rows
+    carry no loss and count as current; a row with neither is refused."""
+    from recipe_dapo.trainers.v1.trainer import versions_of
+
+    tags = [{"min_global_steps": 3, "max_global_steps": 4, "global_steps": 4}, {"global_steps": 5},
+            {"is_padding": True}]
+    versions = versions_of(tags, current=4)
+    assert versions.tolist() == [3, 4, 4]
+    assert row_lags(4, versions).tolist() == [1, 0, 0]
+    with pytest.raises(UnknownBehaviourPolicy):
+        row_lags(4, versions_of([*tags, {"uid": "x"}], current=4))

@@ -107,14 +107,16 @@ class _DAPOOnV1(HoldsRecipeRun):
         row's lag behind the policy being updated (version ``global_steps - 1``: verl syncs the weights of step s as
         version s) from the first weight version that generated it (``versions_of``)."""
         batch = super()._compute_advantage(batch, metrics)
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=["response_mask", "old_log_probs", "rollout_log_probs"])
-        tensors = data.to_padded_tensor()
+        weighed = ["old_log_probs", "rollout_log_probs"] if self.config.actor_rollout_ref.rollout.calculate_log_probs \
+            else []
+        tensors = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                  select_fields=["response_mask", *weighed]).to_padded_tensor()
         current = self.global_steps - 1
         lags = row_lags(current, versions_of(batch.tags, current))
         group_ids = np.array([key.split("_", 1)[0] for key in batch.keys], dtype=object)
         metrics.update(self.recipe.policy_lag_metrics(lags, group_ids, tensors["response_mask"],
-                                                      tensors.get("old_log_probs"), tensors.get("rollout_log_probs")))
+                                                      *(tensors[key] if key in weighed else None
+                                                        for key in ("old_log_probs", "rollout_log_probs"))))
         return batch
 
     def _overlong_masks(self, data) -> tuple[torch.Tensor, dict]:
