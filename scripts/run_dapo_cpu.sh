@@ -33,6 +33,25 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib/python.sh"  # sets PYTHON
 WORK_DIR=${WORK_DIR:-$ROOT/runs/dapo_cpu}
 
+# Paths as typed: the run starts inside $WORK_DIR, so a relative path is made absolute here, from the folder the
+# command was typed in (a model or tokenizer only when it is a local folder: otherwise it may be a Hub id).
+absolute() { if [[ -n "$1" && "$1" != /* && "$1" != "["* ]]; then printf '%s/%s' "$PWD" "$1"; else printf '%s' "$1"; fi; }
+local_absolute() { if [[ -e "$1" ]]; then absolute "$1"; else printf '%s' "$1"; fi; }
+WORK_DIR=$(absolute "$WORK_DIR")
+if [[ -n "${TRAIN_FILE:-}" ]]; then TRAIN_FILE=$(absolute "$TRAIN_FILE"); fi
+if [[ -n "${VAL_FILE:-}" ]]; then VAL_FILE=$(absolute "$VAL_FILE"); fi
+if [[ -n "${MODEL_PATH:-}" ]]; then MODEL_PATH=$(local_absolute "$MODEL_PATH"); fi
+if [[ -n "${TOKENIZER_PATH:-}" ]]; then TOKENIZER_PATH=$(local_absolute "$TOKENIZER_PATH"); fi
+ARGS=()
+for arg in "$@"; do  # the same for the path overrides on the command line
+  case "$arg" in
+    data.train_files=*|data.val_files=*|trainer.default_local_dir=*) ARGS+=("${arg%%=*}=$(absolute "${arg#*=}")") ;;
+    actor_rollout_ref.model.path=*) ARGS+=("${arg%%=*}=$(local_absolute "${arg#*=}")") ;;
+    *) ARGS+=("$arg") ;;
+  esac
+done
+set -- ${ARGS[@]+"${ARGS[@]}"}
+
 # The inputs: yours (MODEL_PATH, TRAIN_FILE, VAL_FILE), else the default ones, built under $WORK_DIR/assets.
 BUILD_ASSETS=0
 if [[ -z "${MODEL_PATH:-}" || -z "${TRAIN_FILE:-}" || -z "${VAL_FILE:-}" ]]; then BUILD_ASSETS=1; fi

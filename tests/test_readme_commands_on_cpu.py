@@ -10,6 +10,7 @@ report needs is a requirement of every install (``test_report_on_cpu.py``).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -205,3 +206,112 @@ def test_the_run_the_readme_evaluates_saves_the_model_the_evaluation_reads():
     # scripts/run_dapo_cpu.sh saves under $WORK_DIR/checkpoints, WORK_DIR defaulting to runs/dapo_cpu.
     assert 'trainer.default_local_dir="$WORK_DIR/checkpoints"' in script and "runs/dapo_cpu}" in script
     assert evaluate[evaluate.index("--model") + 1] == "runs/dapo_cpu/checkpoints"
+
+
+# ----------------------------------------------------------------------------- the README's commands, in the order typed
+
+RECORDING_PYTHON = """#!/usr/bin/env bash
+# Stand-in for python where a command would start training: records the folder it starts in and its arguments
+# (NUL-separated) in $CAPTURE; runs everything else with the real interpreter.
+if [[ $1 == -m && $2 == recipe_dapo.main_dapo ]]; then
+  { printf '%s\\0' "$PWD" "${@:2}"; } > "$CAPTURE"
+  exit 0
+fi
+exec PYTHON_EXECUTABLE "$@"
+"""
+
+
+def inline_commands(prefix: str) -> list[str]:
+    """The README's inline `...` commands that start with ``prefix`` (lines joined as the reader reads them)."""
+    return re.findall(r"`(" + re.escape(prefix) + r"[^`]+)`", README.replace("\n", " "))
+
+
+@pytest.fixture
+def fresh_clone(tmp_path):
+    """A checkout as a newcomer has it (its scripts), with python recorded where the training would start."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "scripts").symlink_to(REPO_ROOT / "scripts")
+    recorder = tmp_path / "python"
+    recorder.write_text(RECORDING_PYTHON.replace("PYTHON_EXECUTABLE", shlex.quote(sys.executable)))
+    recorder.chmod(0o755)
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"MODEL_PATH", "TRAIN_FILE", "VAL_FILE", "TOKENIZER_PATH", "WORK_DIR", "DRY_RUN", "CPU_TASK"}}
+    env.update(PYTHON=str(recorder), CAPTURE=str(tmp_path / "capture"))
+    return clone, env
+
+
+def typed(command: str, clone: Path, env: dict) -> tuple[Path, dict[str, str]]:
+    """Run a README command in the clone as typed; the folder the training starts in, and its key=value overrides."""
+    completed = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    cwd, _module, *overrides = Path(env["CAPTURE"]).read_bytes().decode().split("\0")[:-1]
+    return Path(cwd), dict(o.split("=", 1) for o in overrides if "=" in o)
+
+
+def test_your_own_model_and_data_with_relative_paths_trains_on_the_files_typed(fresh_clone):
+    """'Your own model and data', typed in the clone with the README's relative file names: the run starts inside
+    WORK_DIR, and the paths it is given still name the files beside the command."""
+    clone, env = fresh_clone
+    (command,) = inline_commands("MODEL_PATH=")
+    assert "TRAIN_FILE=train.parquet" in command  # the README's own relative paths
+    for name in ("train.parquet", "val.parquet"):
+        (clone / name).write_bytes(b"PAR1")
+    (clone / "my_model").mkdir()
+    cwd, overrides = typed(command, clone, env)
+    assert cwd == clone / "runs" / "dapo_cpu"  # the run starts in WORK_DIR
+    for key, name in (("data.train_files", "train.parquet"), ("data.val_files", "val.parquet")):
+        assert (cwd / overrides[key]).resolve() == (clone / name).resolve(), (key, overrides[key])
+    # a relative WORK_DIR, a relative local model and a relative path override, typed likewise
+    cwd, overrides = typed("WORK_DIR=runs/mine MODEL_PATH=my_model TRAIN_FILE=train.parquet VAL_FILE=val.parquet "
+                           "bash scripts/run_dapo_cpu.sh data.val_files=val.parquet", clone, env)
+    assert cwd == clone / "runs" / "mine"
+    assert Path(overrides["trainer.default_local_dir"]) == clone / "runs" / "mine" / "checkpoints"
+    assert (cwd / overrides["actor_rollout_ref.model.path"]).resolve() == (clone / "my_model").resolve()
+    assert (cwd / overrides["data.val_files"]).resolve() == (clone / "val.parquet").resolve()
+    # a Hub id is not a local folder: it is passed on as typed
+    _, overrides = typed("MODEL_PATH=Qwen/Qwen2.5-0.5B TRAIN_FILE=train.parquet VAL_FILE=val.parquet "
+                         "bash scripts/run_dapo_cpu.sh", clone, env)
+    assert overrides["actor_rollout_ref.model.path"] == "Qwen/Qwen2.5-0.5B"
+
+
+def test_the_default_runs_checkpoint_that_blocks_your_own_shape_names_work_dir(tmp_path):
+    """After the quick start, 'your own model and data' runs in size=cpu_tiny's shape in the same WORK_DIR: the
+    default run's checkpoint refuses it, and the refusal says how to start elsewhere with the script's own variable."""
+    from recipe_dapo.trainers.checkpoint_guard import shape_changes, write_shape
+
+    folder = tmp_path / "checkpoints" / "global_step_12"
+    folder.mkdir(parents=True)
+    write_shape(str(folder), compose_recipe_config(CPU_RUN))  # the quick start's run
+    own = compose_recipe_config(["platform=cpu", "size=cpu_tiny"])  # what run_dapo_cpu.sh composes for your files
+    problems = shape_changes(own, str(folder))
+    assert problems and all("WORK_DIR=" in line and "scripts/run_dapo_cpu.sh" in line for line in problems)
+    assert not shape_changes(compose_recipe_config(CPU_RUN), str(folder))  # positive control: the same shape passes
+
+
+def test_the_report_reads_the_run_after_the_evaluation_wrote_beside_it(tmp_path):
+    """In the README's order: the default run, its evaluation (`--out runs/dapo_cpu/eval`), then the report on
+    `runs/dapo_cpu`: the evaluation's files beside the run's do not make the report refuse the folder."""
+    pytest.importorskip("matplotlib")
+    from recipe_dapo.evaluation.evaluate import build_parser
+    from recipe_dapo.evaluation.report import write_json, write_jsonl
+
+    (evaluate,) = [argv for argv in module_commands("recipe_dapo.evaluation.evaluate")
+                   if "runs/dapo_cpu/checkpoints" in argv]
+    out = tmp_path / build_parser().parse_args(evaluate).out
+    assert out.parent == tmp_path / "runs" / "dapo_cpu"  # beside the run's own files
+    report = next(argv for argv in module_commands("recipe_dapo.report") if argv == ["runs/dapo_cpu"])
+    run = tmp_path / "runs" / "dapo_cpu" / "recipe_dapo"
+    run.mkdir(parents=True)
+    shutil.copy(FIXTURE, run / "dapo_cpu.jsonl")
+    out.mkdir()
+    # what the evaluation writes there: one record per sample, the report and the table
+    sample = {"row": 0, "sample": 0, "data_source": "chain_arithmetic", "ground_truth": "7", "response": "Answer: 7",
+              "score": 1.0, "acc": True, "pred": "7", "num_tokens": 4, "truncated": False}
+    write_jsonl(str(out / "val.generations.jsonl"), [sample, {**sample, "sample": 1}])
+    write_json(str(out / "report.json"), {"datasets": {}})
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # this checkout's recipe, run from elsewhere
+    completed = subprocess.run(default_install_python("recipe_dapo.report", *report), capture_output=True, text=True,
+                               timeout=300, cwd=tmp_path, env=env)
+    assert completed.returncode == 0, completed.stderr
+    assert "| dapo_cpu | 6 (1-6) |" in (tmp_path / "runs" / "dapo_cpu" / "run_report.md").read_text()
