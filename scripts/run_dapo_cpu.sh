@@ -31,6 +31,13 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib/python.sh"  # sets PYTHON
+for arg in "$@"; do
+  if [[ "$arg" == --help || "$arg" == -h ]]; then  # this script's page (the comment above), then the recipe's
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+    echo
+    exec "$PYTHON" -m recipe_dapo.main_dapo --help
+  fi
+done
 WORK_DIR=${WORK_DIR:-$ROOT/runs/dapo_cpu}
 
 # Paths as typed: the run starts inside $WORK_DIR, so a relative path is made absolute here, from the folder the

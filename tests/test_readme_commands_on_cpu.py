@@ -315,3 +315,39 @@ def test_the_report_reads_the_run_after_the_evaluation_wrote_beside_it(tmp_path)
                                timeout=300, cwd=tmp_path, env=env)
     assert completed.returncode == 0, completed.stderr
     assert "| dapo_cpu | 6 (1-6) |" in (tmp_path / "runs" / "dapo_cpu" / "run_report.md").read_text()
+
+
+def test_help_is_a_page_naming_the_groups_the_settings_and_the_composed_config():
+    """`--help` (the README names it beside `--cfg job`): a page, not the composed configuration (over a thousand
+    lines, which `--cfg job` prints on purpose)."""
+    completed = subprocess.run([sys.executable, "-m", "recipe_dapo.main_dapo", "--help"], capture_output=True,
+                               text=True, timeout=120, cwd=REPO_ROOT)
+    assert completed.returncode == 0, completed.stderr
+    page = completed.stdout
+    assert len(page.splitlines()) <= 40, len(page.splitlines())
+    assert "actor_rollout_ref:" not in page  # positive control below: the configuration is what --cfg job prints
+    groups = {path.parent.name: sorted(p.stem for p in path.parent.glob("*.yaml"))
+              for path in (REPO_ROOT / "recipe_dapo" / "config").glob("*/__init__.py")}
+    assert {"size", "ablation", "sampling", "platform"} <= set(groups)
+    for group, options in groups.items():
+        assert f"{group}: {', '.join(options)}" in page, group
+    assert "docs/settings.md" in page and "--cfg job" in page and "DRY_RUN=1" in page
+    composed = subprocess.run([sys.executable, "-m", "recipe_dapo.main_dapo", "--cfg", "job"], capture_output=True,
+                              text=True, timeout=120, cwd=REPO_ROOT)
+    assert composed.returncode == 0 and "actor_rollout_ref:" in composed.stdout
+
+
+def test_the_cpu_runs_help_names_its_variables_then_the_recipes_page_and_builds_nothing(tmp_path):
+    env = {**os.environ, "WORK_DIR": str(tmp_path / "work")}
+    completed = subprocess.run(["bash", "scripts/run_dapo_cpu.sh", "--help"], capture_output=True, text=True,
+                               timeout=120, cwd=REPO_ROOT, env=env)
+    assert completed.returncode == 0, completed.stderr
+    page = completed.stdout
+    assert len(page.splitlines()) <= 80, len(page.splitlines())
+    script = (REPO_ROOT / "scripts" / "run_dapo_cpu.sh").read_text()
+    variables = set(re.findall(r"\$\{(\w+):[-=]", script)) - {"PYTHON"}  # what the script reads from the environment
+    assert {"WORK_DIR", "MODEL_PATH", "TRAIN_FILE", "VAL_FILE", "CPU_TASK", "DRY_RUN"} <= variables
+    for variable in variables | {"PYTHON"}:
+        assert variable in page, variable
+    assert "The recipe's groups" in page and "--cfg job" in page  # the recipe's page follows
+    assert not (tmp_path / "work").exists()
