@@ -351,3 +351,21 @@ def test_the_cpu_runs_help_names_its_variables_then_the_recipes_page_and_builds_
         assert variable in page, variable
     assert "The recipe's groups" in page and "--cfg job" in page  # the recipe's page follows
     assert not (tmp_path / "work").exists()
+
+
+def test_the_readmes_evaluation_samples_the_default_runs_model_as_the_run_validates_it():
+    """The evaluation of the default run and the run's own validation measure the same thing (same problems, samples
+    per problem, temperature, top-p, length), so their figures differ only by their seeds' draws. The evaluation's
+    own default top-p is the paper's 0.7, which the run's validation (verl's val_kwargs) does not use."""
+    from recipe_dapo.evaluation.evaluate import build_parser
+
+    args = build_parser().parse_args(next(argv for argv in module_commands("recipe_dapo.evaluation.evaluate")
+                                          if "runs/dapo_cpu/checkpoints" in argv))
+    config = compose_recipe_config(CPU_RUN)
+    validation = config.actor_rollout_ref.rollout.val_kwargs
+    assert validation.do_sample
+    assert (args.n, args.temperature, args.top_p) == (validation.n, validation.temperature, validation.top_p)
+    assert args.max_response_length == config.data.max_response_length
+    assert args.data == ["runs/dapo_cpu/assets/data/val.parquet"]  # the run's val_files (scripts/run_dapo_cpu.sh)
+    assert build_parser().parse_args(["--model", "m", "--data", "d", "--max-response-length", "1", "--out", "o"]
+                                     ).top_p != validation.top_p  # positive control: the default would not match
