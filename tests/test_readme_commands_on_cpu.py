@@ -369,3 +369,20 @@ def test_the_readmes_evaluation_samples_the_default_runs_model_as_the_run_valida
     assert args.data == ["runs/dapo_cpu/assets/data/val.parquet"]  # the run's val_files (scripts/run_dapo_cpu.sh)
     assert build_parser().parse_args(["--model", "m", "--data", "d", "--max-response-length", "1", "--out", "o"]
                                      ).top_p != validation.top_p  # positive control: the default would not match
+
+
+def test_a_missing_relative_data_file_is_named_with_the_folder_it_was_looked_for_in(tmp_path, monkeypatch):
+    """A relative data path that does not resolve (python -m recipe_dapo.main_dapo typed from another folder) says
+    where it was looked for, not only that a script would make it."""
+    from omegaconf import OmegaConf
+
+    from recipe_dapo.preflight.base import CheckReport
+    from recipe_dapo.preflight.inputs import rule_data_files
+
+    monkeypatch.chdir(tmp_path)
+    config = OmegaConf.create({"data": {"train_files": "train.parquet", "val_files": str(tmp_path / "val.parquet")}})
+    problems = list(rule_data_files(config, CheckReport()))
+    relative = next(p for p in problems if p.startswith("data.train_files"))
+    absolute = next(p for p in problems if p.startswith("data.val_files"))
+    assert f"looked for in {tmp_path}" in relative
+    assert "looked for in" not in absolute  # an absolute path names itself
