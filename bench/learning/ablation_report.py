@@ -172,6 +172,7 @@ def claims(study: dict) -> list[dict]:
     high, sym = stat("dapo", "entropy_end"), stat("no_clip_higher", "entropy_end")
     entropy = pairs("dapo", "no_clip_higher", "entropy_end")
     out.append({
+        "name": "Clip-higher",
         "claim": "Clip-higher keeps entropy from collapsing (paper Fig. 2): end entropy at least 1.5x the symmetric "
                  "clip's",
         "evidence": f"entropy at the end (mean of the last 3 steps): DAPO {_cell('{:.3f}', high)}, no clip-higher "
@@ -185,6 +186,7 @@ def claims(study: dict) -> list[dict]:
     tok, seq = stat("dapo", "entropy_end"), stat("no_token_loss", "entropy_end")
     entropy = pairs("dapo", "no_token_loss", "entropy_end")
     out.append({
+        "name": "Token-level loss",
         "claim": "Token-level loss keeps entropy and length growth healthy (paper Fig. 4): sample-level loss ends "
                  "with higher entropy",
         "evidence": f"entropy at the end: token-mean {_cell('{:.3f}', tok)}, seq-mean-token-mean {_cell('{:.3f}', seq)}"
@@ -197,6 +199,7 @@ def claims(study: dict) -> list[dict]:
     shaped, unshaped = stat("dapo", "truncation_end"), stat("no_overlong_shaping", "truncation_end")
     cut = pairs("dapo", "no_overlong_shaping", "truncation_end")
     out.append({
+        "name": "Overlong shaping",
         "claim": "Overlong shaping cuts truncation (paper Fig. 5, Table 1): at most half the no-shaping arm's "
                  "truncation rate",
         "evidence": f"truncated share of generated responses at the end (last 3 steps): DAPO "
@@ -213,6 +216,7 @@ def claims(study: dict) -> list[dict]:
     plain = interval([at_common(r) for r in arms.get("no_dynamic_sampling", [])])
     accuracy = pairs("dapo", "no_dynamic_sampling", at_common)
     out.append({
+        "name": "Dynamic sampling",
         "claim": "Dynamic sampling reaches higher accuracy in as many gradient steps (paper Fig. 6), training only "
                  "informative groups",
         "evidence": f"validation accuracy at step {common} (the fewest steps any of these runs took): DAPO "
@@ -226,6 +230,7 @@ def claims(study: dict) -> list[dict]:
     full, base = stat("dapo", "val_acc_end"), stat("grpo", "val_acc_end")
     accuracy = pairs("dapo", "grpo", "val_acc_end")
     out.append({
+        "name": "Full DAPO",
         "claim": "Full DAPO reaches at least GRPO's accuracy at equal generated tokens (paper Table 1)",
         "evidence": f"validation accuracy at the end of the budget: DAPO {_cell('{:.3f}', full)}, GRPO "
                     f"{_cell('{:.3f}', base)}; {_paired_text(accuracy, '{:.3f}', True)}",
@@ -273,8 +278,7 @@ def findings(study: dict) -> list[str]:
     runs = study["runs"]
     if not runs:
         return []
-    verdict = {c["claim"].split(" (")[0].split(" keeps")[0].split(" reaches")[0].split(" cuts")[0]: c["verdict"]
-               for c in claims(study)}
+    verdict = {c["name"]: c["verdict"] for c in claims(study)}
 
     def pairs(a: str, b: str, key) -> list:
         return paired(per_seed(arms.get(a, []), key), per_seed(arms.get(b, []), key))
