@@ -183,8 +183,9 @@ def test_the_report_command_draws_the_default_run_as_written(tmp_path):
     run = tmp_path / "runs" / "dapo_cpu" / "recipe_dapo"
     run.mkdir(parents=True)
     shutil.copy(FIXTURE, run / "dapo_cpu.jsonl")  # where scripts/run_dapo_cpu.sh's run writes its metrics
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # this checkout's recipe, run from elsewhere
     completed = subprocess.run(default_install_python("recipe_dapo.report", *command), capture_output=True, text=True,
-                               timeout=300, cwd=tmp_path)
+                               timeout=300, cwd=tmp_path, env=env)
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "runs" / "dapo_cpu" / "run_report.png").stat().st_size > 10_000
     assert "| dapo_cpu | 6 (1-6) |" in (tmp_path / "runs" / "dapo_cpu" / "run_report.md").read_text()
