@@ -339,11 +339,19 @@ def test_help_is_a_page_naming_the_groups_the_settings_and_the_composed_config()
 
 
 def test_the_cpu_runs_help_names_its_variables_then_the_recipes_page_and_builds_nothing(tmp_path):
+    import signal
+
     env = {**os.environ, "WORK_DIR": str(tmp_path / "work")}
-    completed = subprocess.run(["bash", "scripts/run_dapo_cpu.sh", "--help"], capture_output=True, text=True,
-                               timeout=120, cwd=REPO_ROOT, env=env)
-    assert completed.returncode == 0, completed.stderr
-    page = completed.stdout
+    # its own process group: a script that ignored --help would start building the inputs, stopped here as a whole
+    process = subprocess.Popen(["bash", "scripts/run_dapo_cpu.sh", "--help"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env, start_new_session=True)
+    try:
+        page, errors = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 0, errors
     assert len(page.splitlines()) <= 80, len(page.splitlines())
     script = (REPO_ROOT / "scripts" / "run_dapo_cpu.sh").read_text()
     variables = set(re.findall(r"\$\{(\w+):[-=]", script)) - {"PYTHON"}  # what the script reads from the environment
