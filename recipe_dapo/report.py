@@ -155,6 +155,22 @@ def _is_validation(key: str) -> bool:
     return key.split("/", 1)[0] in ("val", "val-core", "val-aux")
 
 
+def is_metrics_file(path: Path) -> bool:
+    """Whether a JSONL file is a metrics file (verl's file logger: ``{"step": N, "data": {...}}`` per line), and not,
+    say, an evaluation's generations beside the run (``--out runs/dapo_cpu/eval``); an empty file counts as one."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as stream:
+            first = stream.readline().strip()
+        if not first:
+            return True
+        line = json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(line, dict) and "step" in line and isinstance(line.get("data"), dict)
+
+
 def find_metrics_file(path: str | Path) -> Path:
     """The run's metrics JSONL: ``path`` itself, or the one JSONL in the folder or one folder down."""
     path = Path(path)
@@ -163,7 +179,7 @@ def find_metrics_file(path: str | Path) -> Path:
     if not path.is_dir():
         raise ReportError(f"{path}: no such file or folder")
     for pattern in ("*.jsonl", "*/*.jsonl"):
-        found = sorted(p for p in path.glob(pattern) if not p.name.endswith(SUPERSEDED_SUFFIX))
+        found = sorted(p for p in path.glob(pattern) if not p.name.endswith(SUPERSEDED_SUFFIX) and is_metrics_file(p))
         if len(found) == 1:
             return found[0]
         if found:

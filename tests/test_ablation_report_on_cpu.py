@@ -24,20 +24,40 @@ def test_interval_is_the_t_interval_of_the_mean():
     assert all(math.isnan(x) for x in ablation_report.interval([None]))
 
 
-def test_verdict_needs_non_overlapping_intervals_and_the_target_ratio():
-    verdict = ablation_report._verdict
-    assert verdict((0.9, 0.8, 1.0), (0.5, 0.4, 0.6), True) == "reproduced"
-    assert verdict((0.9, 0.5, 1.3), (0.5, 0.4, 0.6), True) == "inconclusive"  # overlapping
-    assert verdict((0.5, 0.4, 0.6), (0.9, 0.8, 1.0), True) == "not reproduced"  # the other way round
-    # Entropy 1.2x the control's, intervals apart: the direction holds, the 1.5x target does not.
-    assert verdict((1.2, 1.15, 1.25), (1.0, 0.95, 1.05), True, ratio=1.5) == "direction reproduced, target ratio missed"
+def test_a_verdict_is_the_paired_difference_over_seeds_against_zero():
+    verdict = ablation_report.paired_verdict
+    # Every seed 0.07-0.09 ahead: the interval of the mean difference, 0.08 +/- 4.303 x 0.01 / sqrt(3), excludes zero.
+    ahead = [(0, 0.63, 0.55), (1, 0.65, 0.57), (2, 0.60, 0.51)]
+    assert verdict(ahead, True) == "reproduced"
+    assert verdict([(s, c, t) for s, t, c in ahead], True) == "not reproduced"  # the other way round
+    assert verdict(ahead, False) == "not reproduced"  # lower was the paper's direction
+    # Ahead on average, but one seed behind: the interval of the differences straddles zero.
+    assert verdict([(0, 0.63, 0.64), (1, 0.65, 0.54), (2, 0.61, 0.58)], True) == "inconclusive"
+    # Entropy 1.2x the control's in every seed: the direction holds, the 1.5x target does not.
+    higher = [(0, 1.2, 1.0), (1, 1.25, 1.04), (2, 1.18, 0.98)]
+    assert verdict(higher, True, ratio=1.5) == "direction reproduced, target ratio missed"
+    assert verdict([(s, 2 * t, c) for s, t, c in higher], True, ratio=1.5) == "reproduced"
     # Truncation: lower is better, at most half the control's.
-    assert verdict((0.04, 0.03, 0.05), (0.2, 0.15, 0.25), False, ratio=0.5) == "reproduced"
-    assert verdict((0.04, 0.03, 0.05), (0.06, 0.055, 0.065), False, ratio=0.5) == "direction reproduced, target ratio missed"
-    assert verdict((math.nan,) * 3, (0.5, 0.4, 0.6), True) == "inconclusive"
-    # One seed per arm: no interval, so no difference counts, whichever way it goes.
-    assert verdict((0.9, 0.9, 0.9), (0.5, 0.5, 0.5), True) == "inconclusive (one seed; in the paper's direction)"
-    assert verdict((0.9, 0.9, 0.9), (0.5, 0.5, 0.5), False) == "inconclusive (one seed; against the paper's direction)"
+    assert verdict([(0, 0.04, 0.2), (1, 0.05, 0.22), (2, 0.03, 0.19)], False, ratio=0.5) == "reproduced"
+    assert verdict([(0, 0.04, 0.06), (1, 0.05, 0.065), (2, 0.045, 0.062)], False, ratio=0.5) == (
+        "direction reproduced, target ratio missed")
+    assert verdict([], True) == "inconclusive"
+    # One seed: no interval, so no difference counts, whichever way it goes.
+    assert verdict([(0, 0.9, 0.5)], True) == "inconclusive (one seed; in the paper's direction)"
+    assert verdict([(0, 0.9, 0.5)], False) == "inconclusive (one seed; against the paper's direction)"
+
+
+def test_pairing_finds_a_difference_every_seed_shows_that_the_arms_intervals_hide():
+    """Seeds differ more from one another than the arms do within a seed: the arms' own intervals overlap, the paired
+    differences do not straddle zero. Pairing is by seed, not by position."""
+    treatment, control = {0: 0.634, 1: 0.648, 2: 0.606}, {2: 0.550, 0: 0.549, 1: 0.566}
+    pairs = ablation_report.paired(treatment, control)
+    assert pairs == [(0, 0.634, 0.549), (1, 0.648, 0.566), (2, 0.606, 0.550)]
+    t, c = ablation_report.interval(treatment.values()), ablation_report.interval(control.values())
+    assert t[1] < c[2]  # the unpaired intervals overlap
+    assert ablation_report.paired_verdict(pairs, True) == "reproduced"
+    # a seed one arm lacks is left out, not paired with another seed's run
+    assert ablation_report.paired({0: 0.5, 1: 0.6}, {1: 0.4, 2: 0.3}) == [(1, 0.6, 0.4)]
 
 
 def test_a_run_stops_at_the_first_validation_past_the_budget():
@@ -155,3 +175,56 @@ def test_a_recorded_runs_curves_read_back_as_the_metrics_they_came_from():
     changed = ablation.record_metrics({"curves": {**record["curves"], "train_acc": [0.25, 0.75]}})
     differs = ablation.reproducibility(metrics, changed)
     assert not differs["identical"] and differs["first_difference"] == {"step": 2, "metric": "reward/acc_mean"}
+
+
+# ----------------------------------------------------------------------------- the doc's prose, rendered from the runs
+
+def _record(arm: str, seed: int, steps: int, val: dict, entropy: tuple[float, float]) -> dict:
+    """A run record as ablation.json holds it: validation accuracy at the given steps, entropy at step 1 and at the end."""
+    return {"arm": arm, "seed": seed, "steps": steps, "val_acc_start": val[0], "val_acc_end": val[max(val)],
+            "entropy_end": entropy[1], "truncation_end": 0.02, "truncation_start": 0.1, "response_length_end": 30.0,
+            "informative_share": 1.0 if arm == "dapo" else 0.6, "clipfrac_high": 0.001, "clipfrac_low": 0.005,
+            "curves": {"step": list(range(1, steps + 1)), "entropy": [entropy[0]] + [entropy[1]] * (steps - 1)},
+            "validation": {"step": sorted(val), "acc": [val[s] for s in sorted(val)]}}
+
+
+def _study(runs: list[dict]) -> dict:
+    return {"design": {"budget_tokens": 40000}, "arms": {"dapo": "none", "no_dynamic_sampling": "x"}, "runs": runs}
+
+
+def test_the_dynamic_sampling_sentence_quotes_equal_steps_at_equal_steps_and_the_budgets_end_as_such():
+    # Without dynamic sampling the arm takes 24 steps for the same tokens: at step 16 it is behind in every seed, at
+    # the end of its budget ahead in every seed. The sentence must not quote the latter as "at equal gradient steps".
+    runs = [_record("dapo", s, 16, {0: 0.45, 16: 0.60 + 0.01 * s}, (0.08, 0.07)) for s in (0, 1, 2)]
+    runs += [_record("no_dynamic_sampling", s, 24, {0: 0.45, 16: 0.50 + 0.01 * s, 24: 0.70 + 0.01 * s}, (0.08, 0.07))
+             for s in (0, 1, 2)]
+    (sentence,) = [line for line in ablation_report.findings(_study(runs)) if "Dynamic sampling" in line]
+    equal_steps, budget_end = sentence.split("at the end of the equal token budget")
+    assert "step 16" in equal_steps and "ahead in seeds 0, 1 and 2 (0.600 against 0.500" in equal_steps
+    assert "0.700" not in equal_steps and ": reproduced" in equal_steps
+    assert "24 steps" in budget_end and "behind in seeds 0, 1 and 2 (0.600 against 0.700" in budget_end
+    (claim,) = [c for c in ablation_report.claims(_study(runs)) if c["claim"].startswith("Dynamic sampling")]
+    assert claim["verdict"] == "reproduced" and "validation accuracy at step 16" in claim["evidence"]
+
+
+def test_the_entropy_sentence_counts_the_runs_where_entropy_rose_and_fell_from_the_first_step():
+    runs = [_record("dapo", 0, 4, {0: 0.4, 4: 0.5}, (0.08, 0.10)),  # +25%
+            _record("dapo", 1, 4, {0: 0.4, 4: 0.5}, (0.10, 0.11)),  # +10%
+            _record("no_dynamic_sampling", 0, 4, {0: 0.4, 4: 0.5}, (0.10, 0.09))]  # -10%
+    (sentence,) = [line for line in ablation_report.findings(_study(runs)) if "**Entropy**" in line]
+    assert "rose in 2 (by 10-25%) and fell in 1 (by 10%) of the 3 runs" in sentence
+
+
+def test_the_ablation_doc_is_the_rendering_of_its_runs():
+    """Every figure docs/learning/ablation.md quotes about the study is rendered from ablation.json: re-rendering
+    changes nothing, and the hand-written part quotes none of the runs' figures."""
+    docs = Path(__file__).resolve().parents[1] / "docs" / "learning"
+    study = json.loads((docs / "ablation.json").read_text())
+    text = (docs / "ablation.md").read_text()
+    rendered = ablation_report.generated(study, list(ablation_report.FIGURES))
+    assert rendered in text, "run: python bench/learning/ablation.py --collect"
+    assert "### What it shows, seed by seed" in rendered and "rose in 10" in rendered
+    hand_written = text.split(ablation_report.BEGIN)[0]
+    run_figures = {f"{run[key]:.3f}" for run in study["runs"] for key in ("val_acc_end", "entropy_end", "truncation_end")}
+    assert not {figure for figure in run_figures if figure in hand_written}
+    assert "0.634" in run_figures and "0.634" in rendered  # positive control: the scan reads figures the runs hold

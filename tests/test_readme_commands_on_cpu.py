@@ -10,6 +10,7 @@ report needs is a requirement of every install (``test_report_on_cpu.py``).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -182,8 +183,9 @@ def test_the_report_command_draws_the_default_run_as_written(tmp_path):
     run = tmp_path / "runs" / "dapo_cpu" / "recipe_dapo"
     run.mkdir(parents=True)
     shutil.copy(FIXTURE, run / "dapo_cpu.jsonl")  # where scripts/run_dapo_cpu.sh's run writes its metrics
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # this checkout's recipe, run from elsewhere
     completed = subprocess.run(default_install_python("recipe_dapo.report", *command), capture_output=True, text=True,
-                               timeout=300, cwd=tmp_path)
+                               timeout=300, cwd=tmp_path, env=env)
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "runs" / "dapo_cpu" / "run_report.png").stat().st_size > 10_000
     assert "| dapo_cpu | 6 (1-6) |" in (tmp_path / "runs" / "dapo_cpu" / "run_report.md").read_text()
@@ -205,3 +207,217 @@ def test_the_run_the_readme_evaluates_saves_the_model_the_evaluation_reads():
     # scripts/run_dapo_cpu.sh saves under $WORK_DIR/checkpoints, WORK_DIR defaulting to runs/dapo_cpu.
     assert 'trainer.default_local_dir="$WORK_DIR/checkpoints"' in script and "runs/dapo_cpu}" in script
     assert evaluate[evaluate.index("--model") + 1] == "runs/dapo_cpu/checkpoints"
+
+
+# ----------------------------------------------------------------------------- the README's commands, in the order typed
+
+RECORDING_PYTHON = """#!/usr/bin/env bash
+# Stand-in for python where a command would start training: records the folder it starts in and its arguments
+# (NUL-separated) in $CAPTURE; runs everything else with the real interpreter.
+if [[ $1 == -m && $2 == recipe_dapo.main_dapo ]]; then
+  { printf '%s\\0' "$PWD" "${@:2}"; } > "$CAPTURE"
+  exit 0
+fi
+exec PYTHON_EXECUTABLE "$@"
+"""
+
+
+def inline_commands(prefix: str) -> list[str]:
+    """The README's inline `...` commands that start with ``prefix`` (lines joined as the reader reads them)."""
+    return re.findall(r"`(" + re.escape(prefix) + r"[^`]+)`", README.replace("\n", " "))
+
+
+@pytest.fixture
+def fresh_clone(tmp_path):
+    """A checkout as a newcomer has it (its scripts), with python recorded where the training would start."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "scripts").symlink_to(REPO_ROOT / "scripts")
+    recorder = tmp_path / "python"
+    recorder.write_text(RECORDING_PYTHON.replace("PYTHON_EXECUTABLE", shlex.quote(sys.executable)))
+    recorder.chmod(0o755)
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"MODEL_PATH", "TRAIN_FILE", "VAL_FILE", "TOKENIZER_PATH", "WORK_DIR", "DRY_RUN", "CPU_TASK"}}
+    env.update(PYTHON=str(recorder), CAPTURE=str(tmp_path / "capture"))
+    return clone, env
+
+
+def typed(command: str, clone: Path, env: dict) -> tuple[Path, dict[str, str]]:
+    """Run a README command in the clone as typed; the folder the training starts in, and its key=value overrides."""
+    completed = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    cwd, _module, *overrides = Path(env["CAPTURE"]).read_bytes().decode().split("\0")[:-1]
+    return Path(cwd), dict(o.split("=", 1) for o in overrides if "=" in o)
+
+
+def test_your_own_model_and_data_with_relative_paths_trains_on_the_files_typed(fresh_clone):
+    """'Your own model and data', typed in the clone with the README's relative file names: the run starts inside
+    WORK_DIR, and the paths it is given still name the files beside the command."""
+    clone, env = fresh_clone
+    (command,) = inline_commands("MODEL_PATH=")
+    assert "TRAIN_FILE=train.parquet" in command  # the README's own relative paths
+    for name in ("train.parquet", "val.parquet"):
+        (clone / name).write_bytes(b"PAR1")
+    (clone / "my_model").mkdir()
+    cwd, overrides = typed(command, clone, env)
+    assert cwd == clone / "runs" / "dapo_cpu"  # the run starts in WORK_DIR
+    for key, name in (("data.train_files", "train.parquet"), ("data.val_files", "val.parquet")):
+        assert (cwd / overrides[key]).resolve() == (clone / name).resolve(), (key, overrides[key])
+    # a relative WORK_DIR, a relative local model and a relative path override, typed likewise
+    cwd, overrides = typed("WORK_DIR=runs/mine MODEL_PATH=my_model TRAIN_FILE=train.parquet VAL_FILE=val.parquet "
+                           "bash scripts/run_dapo_cpu.sh data.val_files=val.parquet", clone, env)
+    assert cwd == clone / "runs" / "mine"
+    assert Path(overrides["trainer.default_local_dir"]) == clone / "runs" / "mine" / "checkpoints"
+    assert (cwd / overrides["actor_rollout_ref.model.path"]).resolve() == (clone / "my_model").resolve()
+    assert (cwd / overrides["data.val_files"]).resolve() == (clone / "val.parquet").resolve()
+    # a Hub id is not a local folder: it is passed on as typed
+    _, overrides = typed("MODEL_PATH=Qwen/Qwen2.5-0.5B TRAIN_FILE=train.parquet VAL_FILE=val.parquet "
+                         "bash scripts/run_dapo_cpu.sh", clone, env)
+    assert overrides["actor_rollout_ref.model.path"] == "Qwen/Qwen2.5-0.5B"
+
+
+def test_the_default_runs_checkpoint_that_blocks_your_own_shape_names_work_dir(tmp_path):
+    """After the quick start, 'your own model and data' runs in size=cpu_tiny's shape in the same WORK_DIR: the
+    default run's checkpoint refuses it, and the refusal says how to start elsewhere with the script's own variable."""
+    from recipe_dapo.trainers.checkpoint_guard import shape_changes, write_shape
+
+    folder = tmp_path / "checkpoints" / "global_step_12"
+    folder.mkdir(parents=True)
+    write_shape(str(folder), compose_recipe_config(CPU_RUN))  # the quick start's run
+    own = compose_recipe_config(["platform=cpu", "size=cpu_tiny"])  # what run_dapo_cpu.sh composes for your files
+    problems = shape_changes(own, str(folder))
+    assert problems and all("WORK_DIR=" in line and "scripts/run_dapo_cpu.sh" in line for line in problems)
+    assert not shape_changes(compose_recipe_config(CPU_RUN), str(folder))  # positive control: the same shape passes
+
+
+def test_the_report_reads_the_run_after_the_evaluation_wrote_beside_it(tmp_path):
+    """In the README's order: the default run, its evaluation (`--out runs/dapo_cpu/eval`), then the report on
+    `runs/dapo_cpu`: the evaluation's files beside the run's do not make the report refuse the folder."""
+    pytest.importorskip("matplotlib")
+    from recipe_dapo.evaluation.evaluate import build_parser
+    from recipe_dapo.evaluation.report import write_json, write_jsonl
+
+    (evaluate,) = [argv for argv in module_commands("recipe_dapo.evaluation.evaluate")
+                   if "runs/dapo_cpu/checkpoints" in argv]
+    out = tmp_path / build_parser().parse_args(evaluate).out
+    assert out.parent == tmp_path / "runs" / "dapo_cpu"  # beside the run's own files
+    report = next(argv for argv in module_commands("recipe_dapo.report") if argv == ["runs/dapo_cpu"])
+    run = tmp_path / "runs" / "dapo_cpu" / "recipe_dapo"
+    run.mkdir(parents=True)
+    shutil.copy(FIXTURE, run / "dapo_cpu.jsonl")
+    out.mkdir()
+    # what the evaluation writes there: one record per sample, the report and the table
+    sample = {"row": 0, "sample": 0, "data_source": "chain_arithmetic", "ground_truth": "7", "response": "Answer: 7",
+              "score": 1.0, "acc": True, "pred": "7", "num_tokens": 4, "truncated": False}
+    write_jsonl(str(out / "val.generations.jsonl"), [sample, {**sample, "sample": 1}])
+    write_json(str(out / "report.json"), {"datasets": {}})
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # this checkout's recipe, run from elsewhere
+    completed = subprocess.run(default_install_python("recipe_dapo.report", *report), capture_output=True, text=True,
+                               timeout=300, cwd=tmp_path, env=env)
+    assert completed.returncode == 0, completed.stderr
+    assert "| dapo_cpu | 6 (1-6) |" in (tmp_path / "runs" / "dapo_cpu" / "run_report.md").read_text()
+
+
+def test_help_is_a_page_naming_the_groups_the_settings_and_the_composed_config():
+    """`--help` (the README names it beside `--cfg job`): a page, not the composed configuration (over a thousand
+    lines, which `--cfg job` prints on purpose)."""
+    completed = subprocess.run([sys.executable, "-m", "recipe_dapo.main_dapo", "--help"], capture_output=True,
+                               text=True, timeout=120, cwd=REPO_ROOT)
+    assert completed.returncode == 0, completed.stderr
+    page = completed.stdout
+    assert len(page.splitlines()) <= 40, len(page.splitlines())
+    assert "actor_rollout_ref:" not in page  # positive control below: the configuration is what --cfg job prints
+    groups = {path.parent.name: sorted(p.stem for p in path.parent.glob("*.yaml"))
+              for path in (REPO_ROOT / "recipe_dapo" / "config").glob("*/__init__.py")}
+    assert {"size", "ablation", "sampling", "platform"} <= set(groups)
+    for group, options in groups.items():
+        assert f"{group}: {', '.join(options)}" in page, group
+    assert "docs/settings.md" in page and "--cfg job" in page and "DRY_RUN=1" in page
+    composed = subprocess.run([sys.executable, "-m", "recipe_dapo.main_dapo", "--cfg", "job"], capture_output=True,
+                              text=True, timeout=120, cwd=REPO_ROOT)
+    assert composed.returncode == 0 and "actor_rollout_ref:" in composed.stdout
+
+
+def test_the_cpu_runs_help_names_its_variables_then_the_recipes_page_and_builds_nothing(tmp_path):
+    import signal
+
+    env = {**os.environ, "WORK_DIR": str(tmp_path / "work")}
+    # its own process group: a script that ignored --help would start building the inputs, stopped here as a whole
+    process = subprocess.Popen(["bash", "scripts/run_dapo_cpu.sh", "--help"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env, start_new_session=True)
+    try:
+        page, errors = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 0, errors
+    assert len(page.splitlines()) <= 80, len(page.splitlines())
+    script = (REPO_ROOT / "scripts" / "run_dapo_cpu.sh").read_text()
+    variables = set(re.findall(r"\$\{(\w+):[-=]", script)) - {"PYTHON"}  # what the script reads from the environment
+    assert {"WORK_DIR", "MODEL_PATH", "TRAIN_FILE", "VAL_FILE", "CPU_TASK", "DRY_RUN"} <= variables
+    for variable in variables | {"PYTHON"}:
+        assert variable in page, variable
+    assert "The recipe's groups" in page and "--cfg job" in page  # the recipe's page follows
+    assert not (tmp_path / "work").exists()
+
+
+def test_the_readmes_evaluation_samples_the_default_runs_model_as_the_run_validates_it():
+    """The evaluation of the default run and the run's own validation measure the same thing (same problems, samples
+    per problem, temperature, top-p, length), so their figures differ only by their seeds' draws. The evaluation's
+    own default top-p is the paper's 0.7, which the run's validation (verl's val_kwargs) does not use."""
+    from recipe_dapo.evaluation.evaluate import build_parser
+
+    args = build_parser().parse_args(next(argv for argv in module_commands("recipe_dapo.evaluation.evaluate")
+                                          if "runs/dapo_cpu/checkpoints" in argv))
+    config = compose_recipe_config(CPU_RUN)
+    validation = config.actor_rollout_ref.rollout.val_kwargs
+    assert validation.do_sample
+    assert (args.n, args.temperature, args.top_p) == (validation.n, validation.temperature, validation.top_p)
+    assert args.max_response_length == config.data.max_response_length
+    assert args.data == ["runs/dapo_cpu/assets/data/val.parquet"]  # the run's val_files (scripts/run_dapo_cpu.sh)
+    assert build_parser().parse_args(["--model", "m", "--data", "d", "--max-response-length", "1", "--out", "o"]
+                                     ).top_p != validation.top_p  # positive control: the default would not match
+
+
+def test_a_missing_relative_data_file_is_named_with_the_folder_it_was_looked_for_in(tmp_path, monkeypatch):
+    """A relative data path that does not resolve (python -m recipe_dapo.main_dapo typed from another folder) says
+    where it was looked for, not only that a script would make it."""
+    from omegaconf import OmegaConf
+
+    from recipe_dapo.preflight.base import CheckReport
+    from recipe_dapo.preflight.inputs import rule_data_files
+
+    monkeypatch.chdir(tmp_path)
+    config = OmegaConf.create({"data": {"train_files": "train.parquet", "val_files": str(tmp_path / "val.parquet")}})
+    problems = list(rule_data_files(config, CheckReport()))
+    relative = next(p for p in problems if p.startswith("data.train_files"))
+    absolute = next(p for p in problems if p.startswith("data.val_files"))
+    assert f"looked for in {tmp_path}" in relative
+    assert "looked for in" not in absolute  # an absolute path names itself
+
+
+def test_the_launch_doc_names_exactly_the_scripts_whose_own_dry_run_warns():
+    """docs/launching.md says which GPU scripts' dry runs, as shipped, print a warning and why it is expected: the
+    list is what the dry runs print (a warning other than an input absent from this machine)."""
+    doc = (REPO_ROOT / "docs" / "launching.md").read_text()
+    paragraph = doc.split("**The warning five scripts' own dry runs print.**", 1)[1].split("\n\n", 1)[0]
+    warned, fit = paragraph.split("fit their plan without a warning", 1)[0].split("That is expected", 1)
+    scripts = sorted(path.name for path in (REPO_ROOT / "scripts").glob("*.sh")
+                     if path.name.startswith(("dapo_", "grpo_")))
+    assert len(scripts) == 7
+    env = {k: v for k, v in os.environ.items() if k not in {"MODEL_PATH", "TRAIN_FILE", "VAL_FILES", "VAL_FILE",
+                                                            "NNODES", "GPUS_PER_NODE", "RAY_ADDRESS", "WORK_DIR"}}
+    env["DRY_RUN"] = "1"
+    warning = {}
+    for script in scripts:
+        completed = subprocess.run(["bash", f"scripts/{script}"], capture_output=True, text=True, timeout=300,
+                                   cwd=REPO_ROOT, env=env)
+        assert completed.returncode == 0, (script, completed.stderr[-2000:])
+        lines = (completed.stdout + completed.stderr).splitlines()
+        warning[script] = [line for line in lines if "WARNING" in line and "not checked" not in line]
+    said_to_warn = {script for script in scripts if f"`{script}`" in warned}
+    said_to_fit = {script for script in scripts if f"`{script}`" in fit}
+    assert said_to_warn == {script for script, lines in warning.items() if lines}, warning
+    assert said_to_fit == {script for script, lines in warning.items() if not lines}
+    assert all("KV cache" in line for lines in warning.values() for line in lines)  # the warning the doc explains

@@ -87,3 +87,17 @@ def test_the_readme_is_for_users():
     assert not re.search(r"\b[0-9a-f]{7}\b", README), "no commit hashes (history goes in CHANGELOG.md)"
     for path in re.findall(r"\]\(((?:docs/|CHANGELOG)[^)#]*)", README):
         assert (REPO_ROOT / path).exists(), path
+
+
+def test_the_gpu_section_says_what_has_run_on_a_gpu_and_what_has_not():
+    """What has run on a GPU is the actor's update and the memory plan on one H200 (docs/memory_plan.md records that
+    run); no full training step has completed on one, so nothing may say the recipe runs, or was tested, there."""
+    gpu = README.split("## On GPUs", 1)[1].split("\n## ", 1)[0]
+    assert "**What has run on a GPU:**" in gpu and "**What has not:**" in gpu
+    has_run, has_not = gpu.split("**What has run on a GPU:**", 1)[1].split("**What has not:**", 1)
+    assert "actor's update" in has_run and "memory plan" in has_run and "H200" in has_run
+    assert "full training step" in has_not.split("\n\n", 1)[0]
+    memory_plan = (REPO_ROOT / "docs" / "memory_plan.md").read_text()
+    assert "## Checked on a GPU" in memory_plan and "card=NVIDIA_H200" in memory_plan  # the run that backs it
+    for claim in ("It runs on GPUs", "is tested with vllm", "tested on GPU"):
+        assert claim.lower() not in README.lower(), claim

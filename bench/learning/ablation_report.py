@@ -4,9 +4,13 @@
 around them is kept) and draws one figure per effect; ``table`` and ``result_line`` are what the bench prints.
 
 Statistics: per arm, the mean over seeds and a 95% interval, mean +/- t(0.975, k-1) x sd / sqrt(k) over the k seeds
-(Student's t: with 3 seeds the half-width is 2.48 standard deviations). A claim's verdict compares two arms' intervals:
-``reproduced`` when they do not overlap in the paper's direction (and, where a target ratio is named, the means meet
-it), ``not reproduced`` when they do not overlap in the other direction, ``inconclusive`` otherwise.
+(Student's t: with 3 seeds the half-width is 2.48 standard deviations). Every claim's verdict follows one rule, a paired
+comparison over seeds: the runs of one seed share their model, data and first rollouts, so the claim is judged on the
+per-seed differences (treatment minus control) and the 95% t-interval of their mean. ``reproduced`` when that interval
+lies wholly on the paper's side of zero (and, where a target ratio is named, the arms' means meet it: else ``direction
+reproduced, target ratio missed``), ``not reproduced`` when it lies wholly on the other side, ``inconclusive``
+otherwise; with fewer than two paired seeds there is no interval, and the verdict says which way the one difference
+went.
 """
 
 from __future__ import annotations
@@ -103,89 +107,243 @@ def val_at_step(run: dict, step: int) -> float | None:
     return pairs[-1][1] if pairs else None
 
 
-def _verdict(treatment, control, higher_is_better: bool, ratio: float | None = None) -> str:
-    """Compare two (mean, low, high) intervals in the paper's direction (see the module docstring)."""
-    if any(math.isnan(x) for x in (*treatment, *control)):
+def paired(treatment: dict, control: dict) -> list[tuple[int, float, float]]:
+    """(seed, treatment value, control value) for every seed both arms have a value for, in seed order."""
+    seeds = sorted(seed for seed in set(treatment) & set(control)
+                   if treatment[seed] is not None and control[seed] is not None
+                   and not math.isnan(treatment[seed]) and not math.isnan(control[seed]))
+    return [(seed, treatment[seed], control[seed]) for seed in seeds]
+
+
+def paired_verdict(pairs: list[tuple[int, float, float]], higher_is_better: bool, ratio: float | None = None) -> str:
+    """The verdict of a claim from its per-seed pairs (see the module docstring): the 95% t-interval of the mean
+    per-seed difference, treatment minus control, against zero."""
+    if not pairs:
         return "inconclusive"
-    if treatment[1] == treatment[2] or control[1] == control[2]:
-        # One seed (or seeds that agree exactly) gives no interval: a difference of one run is not evidence.
-        if round(treatment[0], 3) == round(control[0], 3):
+    differences = [t - c for _, t, c in pairs]
+    mean, low, high = interval(differences)
+    if len(pairs) < 2:
+        if round(mean, 3) == 0:
             return "inconclusive (one seed; no difference)"
-        direction = (treatment[0] > control[0]) == higher_is_better
-        return f"inconclusive (one seed; {'in' if direction else 'against'} the paper's direction)"
-    better = (treatment[1] > control[2]) if higher_is_better else (treatment[2] < control[1])
-    worse = (treatment[2] < control[1]) if higher_is_better else (treatment[1] > control[2])
+        return f"inconclusive (one seed; {'in' if (mean > 0) == higher_is_better else 'against'} the paper's direction)"
+    better = low > 0 if higher_is_better else high < 0
+    worse = high < 0 if higher_is_better else low > 0
     if better:
         if ratio is None:
             return "reproduced"
-        met = treatment[0] >= ratio * control[0] if higher_is_better else treatment[0] <= ratio * control[0]
+        treated = float(np.mean([t for _, t, _ in pairs]))
+        base = float(np.mean([c for _, _, c in pairs]))
+        met = treated >= ratio * base if higher_is_better else treated <= ratio * base
         return "reproduced" if met else "direction reproduced, target ratio missed"
     return "not reproduced" if worse else "inconclusive"
 
 
+def per_seed(runs: list[dict], key) -> dict:
+    """seed -> the run's value: ``key`` is a record field, or a function of the run."""
+    return {run["seed"]: (key(run) if callable(key) else run.get(key)) for run in runs}
+
+
+def _paired_text(pairs, fmt: str, higher_is_better: bool) -> str:
+    """'difference +0.074 [0.034, 0.114], paired over 3 seeds, 3 of 3 in the paper's direction'."""
+    if not pairs:
+        return "no paired seeds"
+    differences = [t - c for _, t, c in pairs]
+    along = sum((d > 0) == higher_is_better and d != 0 for d in differences)
+    signed = fmt.replace("{:", "{:+")
+    mean, low, high = interval(differences)
+    shown = signed.format(mean) if low == high else f"{signed.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]"
+    return (f"difference {shown}, paired over {len(pairs)} seed{'s' if len(pairs) != 1 else ''}, {along} of "
+            f"{len(pairs)} in the paper's direction")
+
+
+def common_steps(study: dict, *names: str) -> int:
+    """The fewest gradient steps any run of these arms took."""
+    arms = by_arm(study)
+    return min([run["steps"] for name in names for run in arms.get(name, [])], default=0)
+
+
 def claims(study: dict) -> list[dict]:
-    """The paper's four claims (and DAPO against GRPO), each with its figures and verdict."""
+    """The paper's four claims (and DAPO against GRPO), each with its figures and verdict (one rule: paired)."""
     arms = by_arm(study)
     stat = lambda arm, key: interval([r.get(key) for r in arms.get(arm, [])])  # noqa: E731
+    pairs = lambda a, b, key: paired(per_seed(arms.get(a, []), key), per_seed(arms.get(b, []), key))  # noqa: E731
     out = []
 
     high, sym = stat("dapo", "entropy_end"), stat("no_clip_higher", "entropy_end")
+    entropy = pairs("dapo", "no_clip_higher", "entropy_end")
     out.append({
+        "name": "Clip-higher",
         "claim": "Clip-higher keeps entropy from collapsing (paper Fig. 2): end entropy at least 1.5x the symmetric "
                  "clip's",
         "evidence": f"entropy at the end (mean of the last 3 steps): DAPO {_cell('{:.3f}', high)}, no clip-higher "
-                    f"{_cell('{:.3f}', sym)}; ratio of means {_ratio(high, sym)}; validation accuracy at the end "
+                    f"{_cell('{:.3f}', sym)}; {_paired_text(entropy, '{:.3f}', True)}; ratio of means "
+                    f"{_ratio(high, sym)}; validation accuracy at the end "
                     f"{_cell('{:.3f}', stat('dapo', 'val_acc_end'))} against "
                     f"{_cell('{:.3f}', stat('no_clip_higher', 'val_acc_end'))}",
-        "verdict": _verdict(high, sym, True, ratio=1.5),
+        "verdict": paired_verdict(entropy, True, ratio=1.5),
     })
 
     tok, seq = stat("dapo", "entropy_end"), stat("no_token_loss", "entropy_end")
+    entropy = pairs("dapo", "no_token_loss", "entropy_end")
     out.append({
+        "name": "Token-level loss",
         "claim": "Token-level loss keeps entropy and length growth healthy (paper Fig. 4): sample-level loss ends "
                  "with higher entropy",
-        "evidence": f"entropy at the end: token-mean {_cell('{:.3f}', tok)}, seq-mean-token-mean {_cell('{:.3f}', seq)}; "
-                    f"response length at the end {_cell('{:.1f}', stat('dapo', 'response_length_end'))} against "
+        "evidence": f"entropy at the end: token-mean {_cell('{:.3f}', tok)}, seq-mean-token-mean {_cell('{:.3f}', seq)}"
+                    f"; {_paired_text(entropy, '{:.3f}', False)}; response length at the end "
+                    f"{_cell('{:.1f}', stat('dapo', 'response_length_end'))} against "
                     f"{_cell('{:.1f}', stat('no_token_loss', 'response_length_end'))}",
-        "verdict": _verdict(tok, seq, False),
+        "verdict": paired_verdict(entropy, False),
     })
 
     shaped, unshaped = stat("dapo", "truncation_end"), stat("no_overlong_shaping", "truncation_end")
+    cut = pairs("dapo", "no_overlong_shaping", "truncation_end")
     out.append({
+        "name": "Overlong shaping",
         "claim": "Overlong shaping cuts truncation (paper Fig. 5, Table 1): at most half the no-shaping arm's "
                  "truncation rate",
         "evidence": f"truncated share of generated responses at the end (last 3 steps): DAPO "
                     f"{_cell('{:.3f}', shaped)}, no overlong shaping {_cell('{:.3f}', unshaped)} (both started at "
                     f"{_cell('{:.3f}', stat('dapo', 'truncation_start'))} and "
-                    f"{_cell('{:.3f}', stat('no_overlong_shaping', 'truncation_start'))})",
-        "verdict": _verdict(shaped, unshaped, False, ratio=0.5),
+                    f"{_cell('{:.3f}', stat('no_overlong_shaping', 'truncation_start'))}); "
+                    f"{_paired_text(cut, '{:.3f}', False)}",
+        "verdict": paired_verdict(cut, False, ratio=0.5),
     })
 
-    ds_runs, plain_runs = arms.get("dapo", []), arms.get("no_dynamic_sampling", [])
-    common = min([r["steps"] for r in ds_runs + plain_runs], default=0)
-    ds = interval([val_at_step(r, common) for r in ds_runs])
-    plain = interval([val_at_step(r, common) for r in plain_runs])
+    common = common_steps(study, "dapo", "no_dynamic_sampling")
+    at_common = lambda run: val_at_step(run, common)  # noqa: E731
+    ds = interval([at_common(r) for r in arms.get("dapo", [])])
+    plain = interval([at_common(r) for r in arms.get("no_dynamic_sampling", [])])
+    accuracy = pairs("dapo", "no_dynamic_sampling", at_common)
     out.append({
+        "name": "Dynamic sampling",
         "claim": "Dynamic sampling reaches higher accuracy in as many gradient steps (paper Fig. 6), training only "
                  "informative groups",
         "evidence": f"validation accuracy at step {common} (the fewest steps any of these runs took): DAPO "
-                    f"{_cell('{:.3f}', ds)}, no dynamic sampling {_cell('{:.3f}', plain)}; share of trained groups "
-                    f"that carry gradient {_cell('{:.2f}', stat('dapo', 'informative_share'))} against "
+                    f"{_cell('{:.3f}', ds)}, no dynamic sampling {_cell('{:.3f}', plain)}; "
+                    f"{_paired_text(accuracy, '{:.3f}', True)}; share of trained groups that carry gradient "
+                    f"{_cell('{:.2f}', stat('dapo', 'informative_share'))} against "
                     f"{_cell('{:.2f}', stat('no_dynamic_sampling', 'informative_share'))}",
-        "verdict": _verdict(ds, plain, True),
+        "verdict": paired_verdict(accuracy, True),
     })
 
     full, base = stat("dapo", "val_acc_end"), stat("grpo", "val_acc_end")
-    verdict = _verdict(full, base, True)
-    if verdict == "inconclusive" and full[0] >= base[0] and full[1] != full[2] and base[1] != base[2]:
-        verdict = "reproduced (at least equal; intervals overlap)"
+    accuracy = pairs("dapo", "grpo", "val_acc_end")
     out.append({
+        "name": "Full DAPO",
         "claim": "Full DAPO reaches at least GRPO's accuracy at equal generated tokens (paper Table 1)",
         "evidence": f"validation accuracy at the end of the budget: DAPO {_cell('{:.3f}', full)}, GRPO "
-                    f"{_cell('{:.3f}', base)}",
-        "verdict": verdict,
+                    f"{_cell('{:.3f}', base)}; {_paired_text(accuracy, '{:.3f}', True)}",
+        "verdict": paired_verdict(accuracy, True),
     })
     return out
+
+
+def _seedwise(pairs, fmt: str = "{:.3f}") -> str:
+    """'0.634 against 0.549, 0.648 against 0.566' (seed order)."""
+    return ", ".join(f"{fmt.format(t)} against {fmt.format(c)}" for _, t, c in pairs)
+
+
+def _directions(pairs, higher_is_better: bool) -> str:
+    """Which seeds went which way: 'ahead in seeds 1 and 2, level in seed 0' (level: equal to three decimals)."""
+    groups: dict[str, list[str]] = {}
+    for seed, t, c in pairs:
+        word = ("level" if round(t, 3) == round(c, 3) else
+                "ahead" if (t > c) == higher_is_better else "behind")
+        groups.setdefault(word, []).append(str(seed))
+    parts = []
+    for word in ("ahead", "level", "behind"):
+        if word in groups:
+            seeds = groups[word]
+            named = seeds[0] if len(seeds) == 1 else ", ".join(seeds[:-1]) + " and " + seeds[-1]
+            parts.append(f"{word} in seed{'s' if len(seeds) > 1 else ''} {named}")
+    return ", ".join(parts)
+
+
+def entropy_change(run: dict) -> float | None:
+    """Relative change of token entropy from the first step to the run's end (the mean of its last three steps)."""
+    first = next((e for e in run["curves"].get("entropy", []) if e is not None), None)
+    end = run.get("entropy_end")
+    return None if first in (None, 0) or end is None else end / first - 1
+
+
+def _span(values, fmt: str = "{:.3f}") -> str:
+    low, high = min(values), max(values)
+    return fmt.format(low) if fmt.format(low) == fmt.format(high) else f"{fmt.format(low)}-{fmt.format(high)}"
+
+
+def findings(study: dict) -> list[str]:
+    """The seed-by-seed reading of the study, every figure taken from its runs (the doc's 'What it shows')."""
+    arms = by_arm(study)
+    runs = study["runs"]
+    if not runs:
+        return []
+    verdict = {c["name"]: c["verdict"] for c in claims(study)}
+
+    def pairs(a: str, b: str, key) -> list:
+        return paired(per_seed(arms.get(a, []), key), per_seed(arms.get(b, []), key))
+
+    def mean(arm: str, key: str) -> float:
+        return interval([r.get(key) for r in arms.get(arm, [])])[0]
+
+    lines = []
+    starts = [r["val_acc_start"] for r in runs if r.get("val_acc_start") is not None]
+    ends = [r["val_acc_end"] for r in runs if r.get("val_acc_end") is not None]
+    dapo = sorted(arms.get("dapo", []), key=lambda r: r["seed"])
+    if starts and ends:
+        text = (f"- **Learning.** Every run starts at {_span(starts, '{:.2f}')} validation accuracy (mean@4, T=1) and "
+                f"ends at {_span(ends, '{:.2f}')} after {study['design']['budget_tokens']:,} generated tokens "
+                f"({_span([r['steps'] for r in runs], '{}')} gradient steps)")
+        if dapo:
+            text += "; full DAPO, seed by seed: " + ", ".join(
+                "{:.3f} to {:.3f}".format(r["val_acc_start"], r["val_acc_end"]) for r in dapo)
+        lines.append(text + ".")
+    grpo = pairs("dapo", "grpo", "val_acc_end")
+    if grpo:
+        lines.append(f"- **DAPO against GRPO** at the end of the same generated-token budget: DAPO "
+                     f"{_directions(grpo, True)} ({_seedwise(grpo)}); {_paired_text(grpo, '{:.3f}', True)}: "
+                     f"{verdict.get('Full DAPO', '-')}.")
+    cut = pairs("dapo", "no_overlong_shaping", "truncation_end")
+    if cut:
+        ratio = _ratio(interval([t for _, t, _ in cut]), interval([c for _, _, c in cut]))
+        lines.append(f"- **Overlong shaping**: truncated share of generated responses over the last three steps, "
+                     f"with shaping against without, seed by seed: {_seedwise(cut)}; ratio of the means {ratio}, "
+                     f"against the 0.5 the claim asks for; {_paired_text(cut, '{:.3f}', False)}: "
+                     f"{verdict.get('Overlong shaping', '-')}.")
+    common = common_steps(study, "dapo", "no_dynamic_sampling")
+    at_common = pairs("dapo", "no_dynamic_sampling", lambda run: val_at_step(run, common))
+    at_end = pairs("dapo", "no_dynamic_sampling", "val_acc_end")
+    if at_common:
+        plain_steps = [r["steps"] for r in arms.get("no_dynamic_sampling", [])]
+        lines.append(
+            f"- **Dynamic sampling** trains only groups with gradient ({mean('dapo', 'informative_share'):.2f} of the "
+            f"trained groups, against {mean('no_dynamic_sampling', 'informative_share'):.2f} without it). At equal "
+            f"gradient steps (validation at step {common}) DAPO is {_directions(at_common, True)} "
+            f"({_seedwise(at_common)}; {_paired_text(at_common, '{:.3f}', True)}: "
+            f"{verdict.get('Dynamic sampling', '-')}); at the end of the equal token budget, where the arm without it "
+            f"has taken {_span(plain_steps, '{}')} steps, it is {_directions(at_end, True)} ({_seedwise(at_end)}).")
+    for arm, name, higher in (("no_clip_higher", "Clip-higher", True), ("no_token_loss", "Token-level loss", False)):
+        entropy = pairs("dapo", arm, "entropy_end")
+        if not entropy:
+            continue
+        accuracy = pairs("dapo", arm, "val_acc_end")
+        text = (f"- **{name}**: end entropy {mean('dapo', 'entropy_end'):.3f} against {mean(arm, 'entropy_end'):.3f} "
+                f"without it ({_paired_text(entropy, '{:.3f}', higher)}: {verdict.get(name, '-')})")
+        if arm == "no_clip_higher":
+            text += (f"; upper clip fraction {mean('dapo', 'clipfrac_high'):.4f} of tokens against "
+                     f"{mean(arm, 'clipfrac_high'):.4f} without it")
+        else:
+            text += (f"; response length at the end {mean('dapo', 'response_length_end'):.1f} against "
+                     f"{mean(arm, 'response_length_end'):.1f} tokens")
+        lines.append(text + f"; validation accuracy at the end {_directions(accuracy, True)} ({_seedwise(accuracy)}).")
+    changes = [c for c in (entropy_change(r) for r in runs) if c is not None]
+    if changes:
+        rose, fell = [c for c in changes if c > 0], [-c for c in changes if c <= 0]
+        parts = ([f"rose in {len(rose)} (by {_span([100 * c for c in rose], '{:.0f}')}%)"] if rose else []) + (
+            [f"fell in {len(fell)} (by {_span([100 * c for c in fell], '{:.0f}')}%)"] if fell else [])
+        lines.append(f"- **Entropy**, from the first step to the end (the mean of the last three steps), "
+                     f"{' and '.join(parts)} of the {len(changes)} runs.")
+    return lines
 
 
 def _ratio(a, b) -> str:
@@ -344,6 +502,7 @@ def generated(study: dict, figures: list[str]) -> str:
     lines = [BEGIN, "", "Made by:", "", "```bash", study["command"].strip(), "```", "",
              f"{len(study['runs'])} runs, {study.get('wall_s', 0) / 60:.0f} minutes in all. Design: `"
              + json.dumps(design) + "`.", "",
+             "### What it shows, seed by seed", "", *findings(study), "",
              "### The four claims", "", "| claim | evidence (mean [95% interval] over seeds) | verdict |",
              "|---|---|---|"]
     lines += [f"| {c['claim']} | {c['evidence']} | **{c['verdict']}** |" for c in claims(study)]

@@ -228,8 +228,46 @@ def sampled_accuracy(model, tokenizer, rows: list[dict], max_new_tokens: int, se
     return sum(right) / len(right)
 
 
+class WarmupProgress:
+    """The warm-up's progress: on a terminal, one line rewritten in place at each update (a progress bar); anywhere
+    else (a pipe, a log file), a log line at most every ``every_s`` seconds and the last one at the end, so that a
+    warm-up of a few minutes prints a few lines, not one per check."""
+
+    def __init__(self, stream=None, every_s: float = 60.0, clock=time.monotonic):
+        import sys
+
+        self.stream = sys.stderr if stream is None else stream
+        self.every_s, self.clock = every_s, clock
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last_logged: Optional[float] = None
+        self._pending: Optional[str] = None
+        self._width = 0
+
+    def update(self, text: str) -> None:
+        if self.tty:
+            self.stream.write("\r" + text.ljust(self._width))
+            self.stream.flush()
+            self._width = max(self._width, len(text))
+            return
+        now = self.clock()
+        if self._last_logged is None or now - self._last_logged >= self.every_s:
+            logger.info(text)
+            self._last_logged, self._pending = now, None
+        else:
+            self._pending = text
+
+    def close(self) -> None:
+        """End the line (a terminal) or log the last update that was held back (elsewhere)."""
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+        elif self._pending:
+            logger.info(self._pending)
+        self._pending, self._width = None, 0
+
+
 def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dict], str]],
-            check_rows: list[dict] = ()) -> dict:
+            check_rows: list[dict] = (), progress: Optional[WarmupProgress] = None) -> dict:
     """Supervised fine-tuning on (chat prompt, worked solution) pairs, loss on the answer only; with
     ``spec.warmup_target_acc``, until :func:`sampled_accuracy` on ``check_rows`` reaches it. Returns what it did
     (steps, last loss, the accuracy last measured)."""
@@ -249,6 +287,14 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
     started, report_every = time.monotonic(), max(spec.warmup_steps // 10, 1)
     checking = spec.warmup_target_acc is not None and len(check_rows) > 0
     accuracy = None
+    progress = WarmupProgress() if progress is None else progress
+    if checking:
+        logger.info("inputs: warming up the model: supervised steps on %d worked solutions until it answers %.0f%% of "
+                    "%d held-out problems right (checked every %d steps, at most %d steps)", len(examples),
+                    100 * spec.warmup_target_acc, len(check_rows), spec.warmup_check_every, spec.warmup_steps)
+    else:
+        logger.info("inputs: warming up the model: %d supervised steps on %d worked solutions", spec.warmup_steps,
+                    len(examples))
     for step in range(1, spec.warmup_steps + 1):
         picks = torch.randint(len(sequences), (spec.warmup_batch_size,), generator=generator).tolist()
         width = max(len(sequences[i][0]) + len(sequences[i][1]) for i in picks)
@@ -274,14 +320,15 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
         if checking and step % spec.warmup_check_every == 0:
             accuracy = sampled_accuracy(model, tokenizer, list(check_rows), spec.warmup_check_max_tokens,
                                         spec.seed + step)
-            logger.info("inputs: warm-up step %d (at most %d), loss %.3f, sampled accuracy %.2f (target %.2f) (%.0f s)",
-                        step, spec.warmup_steps, loss.item(), accuracy, spec.warmup_target_acc,
-                        time.monotonic() - started)
+            progress.update(f"inputs: warm-up step {step} (at most {spec.warmup_steps}), loss {loss.item():.3f}, "
+                            f"sampled accuracy {accuracy:.2f} (target {spec.warmup_target_acc:.2f}) "
+                            f"({time.monotonic() - started:.0f} s)")
             if accuracy >= spec.warmup_target_acc:
                 break
         elif not checking and step % report_every == 0 and step < spec.warmup_steps:  # not a silent warm-up
-            logger.info("inputs: warm-up step %d/%d, loss %.3f (%.0f s)", step, spec.warmup_steps, loss.item(),
-                        time.monotonic() - started)
+            progress.update(f"inputs: warm-up step {step}/{spec.warmup_steps}, loss {loss.item():.3f} "
+                            f"({time.monotonic() - started:.0f} s)")
+    progress.close()
     model.to("cpu").eval()
     if checking and (accuracy is None or accuracy < spec.warmup_target_acc):
         logger.warning("inputs: the warm-up stopped at its limit of %d steps with sampled accuracy %s, below the "
@@ -382,6 +429,8 @@ def build_default_assets(
         logger.info("reusing default-run assets in %s", out)
         return paths
 
+    logger.info("inputs: writing %d training and %d validation problems (%s) to %s", num_train, num_val, task,
+                out / "data")
     train, _ = write_dataset(out / "data", num_train, num_val, seed, task)
     model_dir = out / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -394,6 +443,8 @@ def build_default_assets(
     ]
     # chain: the BPE also learns the solutions' lines (the arithmetic task's answer lines are in its texts already).
     solutions = [text for _, text in examples] if task == "chain" else []
+    logger.info("inputs: %s", f"copying the tokenizer from {tokenizer_path}" if tokenizer_path else
+                "training a 512-token BPE tokenizer on the problems and their worked solutions")
     tokenizer = tokenizer_as_verl_loads_it(model_dir, tokenizer_path, train, solutions)
     check_rows = synthetic_rows(spec.warmup_check_problems, "warmup_check", seed, task) \
         if spec.warmup_target_acc is not None else []

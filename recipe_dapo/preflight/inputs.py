@@ -25,7 +25,8 @@ def rule_data_files(config: DictConfig, report: CheckReport) -> Iterable[str]:
                 if report.absent_inputs_ok:
                     report.not_checked.append(f"{key}: {path} (absent on this machine)")
                 else:
-                    yield f"{key}: {path} does not exist (bash scripts/prepare_data.sh DIR makes it)"
+                    where = "" if os.path.isabs(path) else f" (a relative path: looked for in {os.getcwd()})"
+                    yield f"{key}: {path} does not exist{where} (bash scripts/prepare_data.sh DIR makes it)"
             else:
                 stat = os.stat(path)
                 error = _validate_file(os.path.abspath(path), stat.st_mtime_ns, stat.st_size, prompt_key)

@@ -77,7 +77,8 @@ def shape_changes(config: Any, folder: str) -> list[str]:
     now = run_shape(config)
     return [
         f"{key}={now[key]} but the checkpoint to resume from ({folder}) was made with {key}={recorded[key]}: resume "
-        f"with {key}={recorded[key]}, or start afresh (trainer.resume_mode=disable, or another trainer.default_local_dir)"
+        f"with {key}={recorded[key]}, or start afresh (trainer.resume_mode=disable, or another trainer.default_local_dir: "
+        "WORK_DIR=another/folder for scripts/run_dapo_cpu.sh)"
         for key in SHAPE_KEYS
         if key in recorded and recorded[key] != now[key]
     ]
