@@ -43,7 +43,7 @@ import numpy as np
 from recipe_dapo.tracking.console import format_validation, number, validation_headlines
 from recipe_dapo.loss.clip import CLIPFRAC_DUAL, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
 from recipe_dapo.overlong.metrics import FILTERED_RATIO, TRUNCATED_RATIO
-from recipe_dapo.policy_lag.metrics import STALE_GROUP_FRAC, lag_key
+from recipe_dapo.policy_lag.names import STALE_GROUP_FRAC, lag_key
 from recipe_dapo.reward.metrics import ACC_MEAN
 from recipe_dapo.tracking.run_log import SUPERSEDED_SUFFIX, read_metrics
 

@@ -26,10 +26,10 @@ from recipe_dapo.policy_lag import (
     correction_line,
     correction_not_reached,
     default_rollout_is,
-    lag_metrics,
     row_lags,
     stamp,
 )
+from recipe_dapo.policy_lag.metrics import lag_metrics
 from recipe_dapo.preflight import DAPOConfigError, check_rules
 from recipe_dapo.preflight.base import CheckReport
 from recipe_dapo.trainers.recipe_run import BehaviourCorrectionNotApplied, RecipeRun

@@ -7,6 +7,9 @@ version* (``versions``: the policy updates done before the weights that generate
 computes each row's *lag* (updates since then), the per-lag metrics (``metrics``), and verl's rollout correction
 weighs each token by the behaviour policy that actually sampled it. ``correction`` decides, at start-up, whether the
 recipe turns that correction on and says why.
+
+The package imports numpy only: the start-up rules and the config's resolver use ``correction`` before torch is
+imported; ``metrics`` (torch) is imported where the metrics are computed.
 """
 
 from recipe_dapo.policy_lag.correction import (
@@ -19,28 +22,18 @@ from recipe_dapo.policy_lag.correction import (
     default_rollout_is,
     reuse_reasons,
 )
-from recipe_dapo.policy_lag.metrics import (
-    LAG_PREFIX,
-    MAX_LAG,
-    STALE_GROUP_FRAC,
-    lag_metrics,
-)
 from recipe_dapo.policy_lag.versions import POLICY_VERSION, UnknownBehaviourPolicy, row_lags, stamp
 
 __all__ = [
     "CORRECTION_MODES",
     "DEFAULT_IS_LEVEL",
     "DEFAULT_IS_THRESHOLD",
-    "LAG_PREFIX",
-    "MAX_LAG",
     "POLICY_VERSION",
-    "STALE_GROUP_FRAC",
     "UnknownBehaviourPolicy",
     "configured_level",
     "correction_line",
     "correction_not_reached",
     "default_rollout_is",
-    "lag_metrics",
     "reuse_reasons",
     "row_lags",
     "stamp",

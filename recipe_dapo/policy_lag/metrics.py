@@ -24,14 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-LAG_PREFIX = "policy_lag/"
-MAX_LAG = LAG_PREFIX + "max"
-STALE_GROUP_FRAC = LAG_PREFIX + "stale_group_frac"
-
-
-def lag_key(lag: int, name: str) -> str:
-    """``policy_lag/<lag>/<name>``."""
-    return f"{LAG_PREFIX}{int(lag)}/{name}"
+from recipe_dapo.policy_lag.names import LAG_PREFIX, MAX_LAG, STALE_GROUP_FRAC, lag_key  # noqa: F401
 
 
 def is_bounds(threshold) -> tuple[Optional[float], float]:

@@ -43,7 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.dynamic_sampling.sampler import GENERATED_TOKENS, KEEP_RATE, NUM_GEN_ROUNDS
 from recipe_dapo.loss.clip import CLIPFRAC, CLIPFRAC_EPS_HIGH, CLIPFRAC_EPS_LOW
-from recipe_dapo.policy_lag.metrics import MAX_LAG, STALE_GROUP_FRAC
+from recipe_dapo.policy_lag.names import MAX_LAG, STALE_GROUP_FRAC
 from recipe_dapo.reward.metrics import ACC_MEAN
 from recipe_dapo.tracking.lines import RecipeLineFormatter
 from recipe_dapo.tracking.metric_names import (

@@ -27,7 +27,8 @@ from omegaconf import DictConfig
 
 from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig, sampler_config, sampler_settings
 from recipe_dapo.loss.dapo import BEHAVIOUR_WEIGHTED
-from recipe_dapo.policy_lag import configured_level, correction_not_reached, lag_metrics
+from recipe_dapo.policy_lag import configured_level, correction_not_reached
+from recipe_dapo.policy_lag.metrics import lag_metrics
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.checkpoint_state import checkpoint_exists, guarded_save, load_recipe_state, resume_line, \
     save_recipe_state
