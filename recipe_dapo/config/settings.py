@@ -152,6 +152,16 @@ class NameSettings:
 
 
 @dataclass
+class ObjectiveSettings:
+    """``dapo.objective``: what a policy objective needs beyond verl's keys (the ``objective=`` group sets those)."""
+
+    step_scorer: str = "chain_rule"
+    """With ``algorithm.adv_estimator=grpo_process``: how each reasoning step is scored (one reward per step at its
+    last token, ``recipe_dapo.advantages.steps``). ``chain_rule``: the CPU task's chain arithmetic, each line's
+    operation checked (+1 right, -1 wrong)."""
+
+
+@dataclass
 class DapoSettings:
     """The ``dapo:`` section of the run config."""
 
@@ -172,3 +182,4 @@ class DapoSettings:
     memory: MemorySettings = field(default_factory=MemorySettings)
     paths: PathsSettings = field(default_factory=PathsSettings)
     name: NameSettings = field(default_factory=NameSettings)
+    objective: ObjectiveSettings = field(default_factory=ObjectiveSettings)
