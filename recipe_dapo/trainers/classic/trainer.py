@@ -44,6 +44,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
+from recipe_dapo.advantages import GRPO_PROCESS
 from recipe_dapo.dynamic_sampling import (
     DATAPROTO_OPS,
     DynamicSampler,
@@ -58,6 +59,7 @@ from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGE
     validation_seeds
 from recipe_dapo.trainers.nodes import log_placement
 from recipe_dapo.trainers.preemption import StepGivenUp
+from recipe_dapo.trainers.process_steps import write_step_rewards
 from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
     stopped_outcome
 from recipe_dapo.trainers.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
@@ -353,6 +355,8 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            if self.config.algorithm.adv_estimator == GRPO_PROCESS:  # each step's reward at its last token
+                metrics.update(write_step_rewards(batch, self.tokenizer, self.config.dapo.objective.step_scorer))
             if rollout_corr_config is not None and "rollout_log_probs" in batch.batch and not bypass_mode:
                 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
