@@ -92,6 +92,11 @@ def rule_objective(config: DictConfig, report: CheckReport) -> Iterable[str]:
             f"of one sequence-level term each; set loss_agg_mode={LENGTH_NORMALISED} (objective=gspo)"
         )
     if loss_mode in COVARIANCE_RATIOS:
+        logger.warning(
+            "policy_loss.loss_mode=%s: verl 0.9.1 centres the covariance and counts the selected tokens per "
+            "micro-batch, so the selection (and the loss) depends on how a mini-batch is split "
+            "(docs/objectives.md); the other objectives are exact under re-splitting", loss_mode,
+        )
         key = COVARIANCE_RATIOS[loss_mode]
         ratio = select(config, f"{ACTOR}.policy_loss.{key}")
         if ratio is None or not 0.0 < float(ratio) < 1.0:
