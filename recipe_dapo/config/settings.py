@@ -159,6 +159,9 @@ class ObjectiveSettings:
     """With ``algorithm.adv_estimator=grpo_process``: how each reasoning step is scored (one reward per step at its
     last token, ``recipe_dapo.advantages.steps``). ``chain_rule``: the CPU task's chain arithmetic, each line's
     operation checked (+1 right, -1 wrong)."""
+    reference_reset_every: int = 0
+    """Iterative RL: after every N-th step's update the reference model of the KL term takes the current policy's
+    weights (0: never). Needs the KL in the loss or the reward, without LoRA (``recipe_dapo.loss.reference_reset``)."""
 
 
 @dataclass

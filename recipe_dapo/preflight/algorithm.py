@@ -61,6 +61,7 @@ def kl_estimator_names() -> list[str]:
 def rule_objective(config: DictConfig, report: CheckReport) -> Iterable[str]:
     """The policy objective's keys agree with one another (the ``objective=`` presets pass; a contradiction is refused)."""
     from recipe_dapo.advantages import GRPO_PROCESS, STEP_SCORERS
+    from recipe_dapo.loss.reference_reset import reference_reset_problems
 
     actor = select(config, ACTOR)
     agg = actor.get("loss_agg_mode")
@@ -113,6 +114,13 @@ def rule_objective(config: DictConfig, report: CheckReport) -> Iterable[str]:
             )
     if loss_mode == "kl_cov" and not float(select(config, f"{ACTOR}.policy_loss.ppo_kl_coef", 0) or 0) > 0:
         yield f"{ACTOR}.policy_loss.ppo_kl_coef must be > 0 with loss_mode=kl_cov (the KL-Cov penalty's beta; the paper: 1)"
+    yield from reference_reset_problems(
+        select(config, "dapo.objective.reference_reset_every", 0),
+        uses_reference=bool(actor.get("use_kl_loss", False)) or bool(select(config, "algorithm.use_kl_in_reward", False)),
+        lora=bool(select(config, "actor_rollout_ref.model.lora_rank", 0) or select(config, "actor_rollout_ref.model.lora.rank", 0)
+                  or select(config, "actor_rollout_ref.model.lora_adapter_path", None)),
+        use_v1=bool(select(config, "trainer.use_v1", False)),
+    )
     if estimator == GRPO_PROCESS:
         scorer = select(config, "dapo.objective.step_scorer")
         if scorer not in STEP_SCORERS:

@@ -53,6 +53,7 @@ from recipe_dapo.dynamic_sampling import (
     collect_step,
     trajectory_metric,
 )
+from recipe_dapo.loss.reference_reset import reset_due
 from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds, \
@@ -126,6 +127,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self.recipe.watch_rollout(getattr(self, "checkpoint_manager", None), getattr(self, "async_rollout_manager", None),
                                   getattr(self, "llm_server_manager", None))
         self.replicas.sync_weights(self.global_steps)
+        self.reset_reference({}, resumed=True)
         SkipManager.init(self.config)
 
         if self.config.trainer.get("val_before_train", True):
@@ -412,10 +414,17 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self.recipe.observe_update(metrics, self.global_steps)  # a skipped (non-finite) update is counted, or stops
         with marked_timer("update_weights", timing, color="red"):
             self.replicas.sync_weights(self.global_steps)
+        self.reset_reference(metrics)
         rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
         if rollout_data_dir:
             reward_extra = {k: batch.non_tensor_batch[k] for k in batch.meta_info.get("reward_extra_keys", [])}
             self._log_rollout_data(batch, reward_extra, timing, rollout_data_dir)
+
+    def reset_reference(self, metrics: dict, resumed: bool = False) -> None:
+        """Iterative RL: the reference takes the policy's weights when ``recipe_dapo.loss.reference_reset`` says so."""
+        if reset_due(self.global_steps, self.config.dapo.objective.reference_reset_every, resumed=resumed):
+            self.ref_policy_wg.reset_reference_to_actor()
+            metrics["actor/reference_reset"] = 1.0
 
     def maybe_save(self, timing: dict, is_last_step: bool) -> None:
         """Checkpoint on schedule (every save_freq steps, the last step, or before the allocation expires)."""
