@@ -7,7 +7,7 @@ ids (``index``, the ``uid`` column) and the algorithm config, nothing else. So t
 A response scored only on its outcome (verl's reward managers put the score at the last valid token) is then one
 step, and ``grpo_process`` gives it GRPO's outcome advantage (the same up to verl's epsilon). A step scorer must
 therefore never give a step exactly 0 (the chain-arithmetic scorer gives +1 / -1; ``recipe_dapo.advantages.steps``
-maps a process reward model's probability p to 2p - 1 and nudges an exact 0 away from it).
+nudges a sum of 0 in one token away from it).
 
 Select it with ``algorithm.adv_estimator=grpo_process`` (``objective=grpo_process``); ``algorithm.norm_adv_by_std_in_grpo``
 is read as for GRPO.
