@@ -7,7 +7,6 @@ they equal their paper formula on one micro-batch, and a test pins that a re-spl
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
@@ -19,7 +18,8 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
 
 from conftest import compose_recipe_config
-from test_dapo_loss_on_cpu import PROMPT_LEN, RANK_MICRO_BATCHES, flat_model_output, ragged_mini_batch, response_log_probs
+from test_dapo_loss_on_cpu import (PROMPT_LEN, RANK_MICRO_BATCHES, flat_model_output, ragged_mini_batch,
+                                   response_log_probs)
 
 WIDTH = 9  # ragged_mini_batch's response width = data.max_response_length here (Dr.GRPO's constant)
 EXACT_OBJECTIVES = ["dapo", "grpo", "dr_grpo", "gspo", "cispo", "grpo_process"]
@@ -130,11 +130,11 @@ def resplit(actor, weight, features, lengths, batch, rank_micro_batches, global_
             if not global_info:
                 loss = loss / len(micro_batches)
             loss.backward()
-            rank_loss += loss.item() if global_info else loss.item() * 1.0
+            rank_loss += loss.item()
         grads.append(rank_weight.grad)
-        losses.append(rank_loss / (dp_size if global_info else 1))
-    loss = sum(losses) if global_info else sum(losses) / dp_size
-    return loss, torch.stack(grads).mean(0)
+        losses.append(rank_loss)
+    # as verl logs it: summed over a rank's micro-batches, averaged over the ranks
+    return sum(losses) / dp_size, torch.stack(grads).mean(0)
 
 
 @pytest.mark.parametrize("objective", EXACT_OBJECTIVES)

@@ -90,7 +90,8 @@ def test_every_objective_composes_and_passes_every_start_up_check(objective, dat
 def test_cispos_far_lower_bound_is_not_read_as_swapped_bounds_for_another_loss(data_files):
     check_rules(compose_recipe_config(small_run(data_files, "objective=cispo")))
     with pytest.raises(DAPOConfigError, match="did you swap them"):
-        check_rules(compose_recipe_config(small_run(data_files, "objective=cispo", f"{ACTOR}.policy_loss.loss_mode=dapo")))
+        check_rules(compose_recipe_config(small_run(data_files, "objective=cispo",
+                                                    f"{ACTOR}.policy_loss.loss_mode=dapo")))
 
 
 @pytest.mark.parametrize("ablation", ["grpo_baseline", "no_token_level_loss"])
@@ -134,6 +135,7 @@ def test_a_contradictory_objective_is_refused_naming_the_key(overrides, named_ke
     assert named_key in str(refused.value)
 
 
-@pytest.mark.parametrize("kl_loss_type", ["k1", "k2", "k3", "kl", "mse", "low_var_kl", "abs", "k1+", "k3+", "low_var_kl+"])
+@pytest.mark.parametrize("kl_loss_type",
+                         ["k1", "k2", "k3", "kl", "mse", "low_var_kl", "abs", "k1+", "k3+", "low_var_kl+"])
 def test_every_verl_kl_estimator_passes_with_the_kl_in_the_loss(kl_loss_type, data_files):
     check_rules(compose_recipe_config(small_run(data_files, "objective=grpo", f"{ACTOR}.kl_loss_type={kl_loss_type}")))

@@ -38,7 +38,8 @@ def data_files(default_assets):
 
 
 def test_the_start_up_check_accepts_a_reset_with_grpos_kl_and_refuses_one_without_a_reference(data_files):
-    check_rules(compose_recipe_config(small_run(data_files, "objective=grpo", "dapo.objective.reference_reset_every=10")))
+    check_rules(compose_recipe_config(small_run(data_files, "objective=grpo",
+                                                "dapo.objective.reference_reset_every=10")))
     with pytest.raises(DAPOConfigError, match="dapo.objective.reference_reset_every=10 resets a reference model"):
         check_rules(compose_recipe_config(small_run(data_files, "dapo.objective.reference_reset_every=10")))
 

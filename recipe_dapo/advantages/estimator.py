@@ -9,8 +9,8 @@ step, and ``grpo_process`` gives it GRPO's outcome advantage (the same up to ver
 therefore never give a step exactly 0 (the chain-arithmetic scorer gives +1 / -1; ``recipe_dapo.advantages.steps``
 nudges a sum of 0 in one token away from it).
 
-Select it with ``algorithm.adv_estimator=grpo_process`` (``objective=grpo_process``); ``algorithm.norm_adv_by_std_in_grpo``
-is read as for GRPO.
+Select it with ``algorithm.adv_estimator=grpo_process`` (``objective=grpo_process``);
+``algorithm.norm_adv_by_std_in_grpo`` is read as for GRPO.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A :class:`StepScorer` reads a prompt and a response as text and returns its steps as ``(index of the step's last
 character in the response, reward)``, in order. :func:`step_tensors` turns the steps of a batch into the
-``[batch, response_length]`` ``step_rewards`` / ``step_ends`` of :func:`recipe_dapo.advantages.process.process_advantages`,
+``[batch, response_length]`` ``step_rewards`` / ``step_ends`` of
+:func:`recipe_dapo.advantages.process.process_advantages`,
 given each response's tokens as text (a step ends at the token that holds its last character).
 
 The scorers (``recipe_dapo.advantages.STEP_SCORERS``; ``recipe_dapo.trainers.process_steps`` maps each name to its
@@ -52,6 +53,8 @@ def step_tensors(rows: Sequence[list[tuple[int, float]]], response_length: int) 
     for row, steps in enumerate(rows):
         for token, reward in steps:
             if not 0 <= token < response_length:
-                raise ValueError(f"row {row}: a step ends at token {token}, outside the response (length {response_length})")
+                raise ValueError(
+                    f"row {row}: a step ends at token {token}, outside the response (length {response_length})"
+                )
             rewards[row, token] = reward
     return rewards, rewards != 0

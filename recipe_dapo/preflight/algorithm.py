@@ -59,7 +59,8 @@ def kl_estimator_names() -> list[str]:
 
 
 def rule_objective(config: DictConfig, report: CheckReport) -> Iterable[str]:
-    """The policy objective's keys agree with one another (the ``objective=`` presets pass; a contradiction is refused)."""
+    """The policy objective's keys agree with one another (the ``objective=`` presets pass; a contradiction is
+    refused)."""
     from recipe_dapo.advantages import GRPO_PROCESS, STEP_SCORERS
     from recipe_dapo.loss.reference_reset import reference_reset_problems
 
@@ -113,11 +114,14 @@ def rule_objective(config: DictConfig, report: CheckReport) -> Iterable[str]:
                 "whose covariance lies between them (the paper: 1 and 5)"
             )
     if loss_mode == "kl_cov" and not float(select(config, f"{ACTOR}.policy_loss.ppo_kl_coef", 0) or 0) > 0:
-        yield f"{ACTOR}.policy_loss.ppo_kl_coef must be > 0 with loss_mode=kl_cov (the KL-Cov penalty's beta; the paper: 1)"
+        yield (f"{ACTOR}.policy_loss.ppo_kl_coef must be > 0 with loss_mode=kl_cov (the KL-Cov penalty's beta; the "
+               "paper: 1)")
     yield from reference_reset_problems(
         select(config, "dapo.objective.reference_reset_every", 0),
-        uses_reference=bool(actor.get("use_kl_loss", False)) or bool(select(config, "algorithm.use_kl_in_reward", False)),
-        lora=bool(select(config, "actor_rollout_ref.model.lora_rank", 0) or select(config, "actor_rollout_ref.model.lora.rank", 0)
+        uses_reference=bool(actor.get("use_kl_loss", False))
+        or bool(select(config, "algorithm.use_kl_in_reward", False)),
+        lora=bool(select(config, "actor_rollout_ref.model.lora_rank", 0)
+                  or select(config, "actor_rollout_ref.model.lora.rank", 0)
                   or select(config, "actor_rollout_ref.model.lora_adapter_path", None)),
         use_v1=bool(select(config, "trainer.use_v1", False)),
     )
@@ -133,7 +137,8 @@ def rule_objective(config: DictConfig, report: CheckReport) -> Iterable[str]:
         if select(config, "algorithm.use_kl_in_reward", False):
             yield (
                 f"algorithm.adv_estimator={GRPO_PROCESS} with algorithm.use_kl_in_reward=true: the per-token KL "
-                "penalty would be read as step rewards; put the KL in the loss (actor.use_kl_loss, objective=grpo_process)"
+                "penalty would be read as step rewards; put the KL in the loss (actor.use_kl_loss, "
+                "objective=grpo_process)"
             )
 
 
