@@ -172,7 +172,7 @@ def chain_batch(tokenizer, problem, responses, width=48):
     attention = torch.zeros(rows, prompt_width + width, dtype=torch.long)
     attention[:, prompt_width - len(prompt_ids): prompt_width] = 1
     for row, text in enumerate(responses):
-        ids = tokenizer.encode(text)
+        ids = tokenizer.encode(text) + [tokenizer.eos_token_id]  # a finished response ends with EOS, as generated
         response_ids[row, : len(ids)] = torch.tensor(ids)
         attention[row, prompt_width: prompt_width + len(ids)] = 1
     response_mask = attention[:, prompt_width:].clone()

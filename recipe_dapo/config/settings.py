@@ -160,7 +160,7 @@ class ObjectiveSettings:
     last token, ``recipe_dapo.advantages.steps``). ``chain_rule``: the CPU task's chain arithmetic, each line's
     operation checked (+1 right, -1 wrong)."""
     reference_reset_every: int = 0
-    """Iterative RL: after every N-th step's update the reference model of the KL term takes the current policy's
+    """Iterative RL: at the end of every N-th step the reference model of the KL term takes the current policy's
     weights (0: never). Needs the KL in the loss or the reward, without LoRA (``recipe_dapo.loss.reference_reset``)."""
 
 

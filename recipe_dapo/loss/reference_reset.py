@@ -2,8 +2,8 @@
 current policy every N training steps, so the KL holds the policy near where it recently was rather than near where
 it started. This module decides when, and what a configuration needs for it. Pure: no torch, no verl.
 
-``dapo.objective.reference_reset_every=N`` (0: never): after the policy update of every step whose number is a
-multiple of N, the reference takes the policy's weights (``recipe_dapo.trainers.classic.reference_worker``); the next
+``dapo.objective.reference_reset_every=N`` (0: never): at the end of every step whose number is a multiple of N (after
+its policy update, or without one when the step trained nothing), the reference takes the policy's weights (``recipe_dapo.trainers.classic.reference_worker``); the next
 step's KL to the reference then starts from 0. It needs a reference model (the KL in the loss or in the reward) that
 is a model of its own: with LoRA verl's reference is the actor without its adapter, which a reset cannot move.
 

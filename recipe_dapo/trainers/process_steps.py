@@ -32,7 +32,8 @@ def write_step_rewards(batch: Any, tokenizer: Any, scorer_name: str) -> dict[str
     rows, steps_per_row, right = [], [], 0
     for row in range(responses.shape[0]):
         prompt = tokenizer.decode(prompts[row][prompt_attention[row]].tolist(), skip_special_tokens=False)
-        pieces = [tokenizer.decode([token]) for token in responses[row, : int(response_lengths[row])].tolist()]
+        pieces = [tokenizer.decode([token], skip_special_tokens=True)  # the EOS ending a response is no text
+                  for token in responses[row, : int(response_lengths[row])].tolist()]
         steps = scorer(prompt, "".join(pieces))
         right += sum(reward > 0 for _, reward in steps)
         steps_per_row.append(len(steps))

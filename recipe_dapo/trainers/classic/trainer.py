@@ -218,6 +218,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
             else:
                 # Under on_exhausted=train_partial too few groups qualified for one mini-batch: no update.
                 logger.warning("step %d: too few qualifying groups for a mini-batch; skipping the update", self.global_steps)
+            self.reset_reference(metrics)  # iterative RL, every N-th step whether or not it updated
             self.maybe_save(timing, is_last_step)
             stopping = self.save_if_preempted(timing)
         if not stopping:  # pre-empted: no validation, the time is the checkpoint's
@@ -414,7 +415,6 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self.recipe.observe_update(metrics, self.global_steps)  # a skipped (non-finite) update is counted, or stops
         with marked_timer("update_weights", timing, color="red"):
             self.replicas.sync_weights(self.global_steps)
-        self.reset_reference(metrics)
         rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
         if rollout_data_dir:
             reward_extra = {k: batch.non_tensor_batch[k] for k in batch.meta_info.get("reward_extra_keys", [])}
