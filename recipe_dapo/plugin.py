@@ -5,7 +5,8 @@ so this module must cost next to nothing (``bench/plugin_import_cost.py`` measur
 
 - the CPU platform, only where ``recipe_dapo.cpu.detect.cpu_platform_wanted()`` says so (``platform=cpu``, or no
   accelerator outside Ray), before anything asks verl for its platform;
-- the ``dapo`` policy loss, when verl imports its policy-loss registry (``core_algos``);
+- the ``dapo`` policy loss and the ``grpo_process`` advantage estimator, when verl imports its registries
+  (``core_algos``);
 - the ``recipe_dapo`` reward manager, when verl imports its reward-loop registry package;
 - the ``recipe_dapo_seeded`` agent loop (seeded rollouts), when verl imports its agent-loop package.
 
@@ -32,6 +33,7 @@ SEEDED_AGENT_LOOP = "recipe_dapo_seeded"
 # module that registers a component -> the verl module it registers into
 COMPONENT_MODULES = {
     "recipe_dapo.loss.dapo": POLICY_LOSS_REGISTRY_MODULE,
+    "recipe_dapo.advantages.estimator": POLICY_LOSS_REGISTRY_MODULE,  # the advantage-estimator registry's module too
     "recipe_dapo.reward.manager": REWARD_MANAGER_REGISTRY_MODULE,
     "recipe_dapo.trainers.classic.seeded_agent_loop": AGENT_LOOP_REGISTRY_MODULE,
 }
@@ -70,12 +72,13 @@ class PluginNotLoadedError(RuntimeError):
 def registered_components() -> dict[str, bool]:
     """What this process has registered in verl's registries (imports them: used by the start-up check)."""
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
-    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
 
     from recipe_dapo.compat.verl import registered_agent_loops
 
     return {
         "policy_loss:dapo": "dapo" in POLICY_LOSS_REGISTRY,
+        "adv_estimator:grpo_process": "grpo_process" in ADV_ESTIMATOR_REGISTRY,
         "reward_manager:recipe_dapo": "recipe_dapo" in REWARD_MANAGER,
         f"agent_loop:{SEEDED_AGENT_LOOP}": SEEDED_AGENT_LOOP in registered_agent_loops(),
     }

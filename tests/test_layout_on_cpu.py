@@ -97,7 +97,7 @@ def test_setup_entry_points_name_modules_and_functions_that_exist():
 
 RECIPE_PACKAGES = sorted({path.parent.name for path in PACKAGE.glob("*/__init__.py")} | TOP_LEVEL - {"__init__"})
 
-GROUND = {"config", "dynamic_sampling", "overlong", "loss", "policy_lag"}
+GROUND = {"config", "dynamic_sampling", "overlong", "loss", "policy_lag", "advantages"}
 """The algorithm's and the configuration's packages: the rest of the recipe builds on them."""
 BELOW_EVERYTHING = {"compat", "import_hooks"}
 """The one door to other packages' internals and the post-import hooks: they import nothing of the recipe above."""

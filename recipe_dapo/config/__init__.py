@@ -1,6 +1,6 @@
 """The recipe's configuration: the Hydra config ``dapo_trainer.yaml`` on verl 0.9.1's ``ppo_trainer`` and its groups
-``size/``, ``ablation/``, ``sampling/``, ``platform/``; the typed ``dapo:`` section (``settings``); the resolvers the
-YAML uses (``resolvers``); 'did you mean' for mistyped keys (``suggest``).
+``size/``, ``ablation/``, ``objective/``, ``sampling/``, ``platform/``; the typed ``dapo:`` section (``settings``); the
+resolvers the YAML uses (``resolvers``); 'did you mean' for mistyped keys (``suggest``).
 
 verl's ``ppo_trainer`` is found in the installed verl package by folder, without importing verl (``resolvers``).
 Importing this package registers the resolvers at once (omegaconf only) and stores :class:`settings.DapoSettings` in

@@ -152,6 +152,19 @@ class NameSettings:
 
 
 @dataclass
+class ObjectiveSettings:
+    """``dapo.objective``: what a policy objective needs beyond verl's keys (the ``objective=`` group sets those)."""
+
+    step_scorer: str = "chain_rule"
+    """With ``algorithm.adv_estimator=grpo_process``: how each reasoning step is scored (one reward per step at its
+    last token, ``recipe_dapo.advantages.steps``). ``chain_rule``: the CPU task's chain arithmetic, each line's
+    operation checked (+1 right, -1 wrong)."""
+    reference_reset_every: int = 0
+    """Iterative RL: at the end of every N-th step the reference model of the KL term takes the current policy's
+    weights (0: never). Needs the KL in the loss or the reward, without LoRA (``recipe_dapo.loss.reference_reset``)."""
+
+
+@dataclass
 class DapoSettings:
     """The ``dapo:`` section of the run config."""
 
@@ -179,3 +192,4 @@ class DapoSettings:
     memory: MemorySettings = field(default_factory=MemorySettings)
     paths: PathsSettings = field(default_factory=PathsSettings)
     name: NameSettings = field(default_factory=NameSettings)
+    objective: ObjectiveSettings = field(default_factory=ObjectiveSettings)

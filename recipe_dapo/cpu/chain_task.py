@@ -134,3 +134,66 @@ def problems(count: int, seed: int, split: str, min_terms: int = 2, max_terms: i
     """``count`` problems drawn from ``(seed, split)``; validation and training draw from different streams."""
     rng = random.Random(f"chain-{seed}-{split}")
     return [draw_problem(rng, min_terms, max_terms) for _ in range(count)]
+
+
+STEP_RIGHT = 1.0
+STEP_WRONG = -1.0
+_STEP_PREFIX = re.compile(r"^Step \d+:\s*")
+_ANSWER_LINE = re.compile(r"^Answer:\s*(-?\d+)\s*$")
+_EXPRESSION = re.compile(r"^=?\d+(?:[+-]\d+)*$")
+
+
+def score_steps(problem: ChainProblem, response: str) -> list[tuple[int, float]]:
+    """The steps of a response and their rewards, as ``(index of the step's last character, reward)``.
+
+    A step is a line: the restated problem (right if it is the problem's expression), each ``=...`` line (right if it
+    evaluates the first operation of the line before and copies the rest, :func:`solution`'s rule, whether or not the
+    line before was right), and the ``Answer:`` line (right if it is the problem's answer). Right is +1, wrong -1
+    (never 0: ``recipe_dapo.advantages.estimator`` reads a non-zero reward as a step end). A line that is neither (the
+    verbose style's closing sentence, a stray word) is no step: its characters belong to the next step. Text after the
+    last newline-terminated or final line that is cut off (truncation) is scored as it stands: ``=9-`` is wrong.
+    """
+    steps: list[tuple[int, float]] = []
+    previous: str | None = None
+    start = 0
+    for line in response.split("\n"):
+        end = start + len(line) - 1
+        body = _STEP_PREFIX.sub("", line.strip())
+        answer = _ANSWER_LINE.match(body)
+        if answer:
+            steps.append((end, STEP_RIGHT if int(answer.group(1)) == problem.answer else STEP_WRONG))
+        elif body.startswith("="):
+            right = previous is not None and _EXPRESSION.match(body) is not None and body[1:] == _next_line(previous)
+            steps.append((end, STEP_RIGHT if right else STEP_WRONG))
+            previous = body[1:]
+        elif previous is None and _EXPRESSION.match(body):
+            steps.append((end, STEP_RIGHT if body == problem.expression else STEP_WRONG))
+            previous = body
+        start += len(line) + 1
+    return [(end, reward) for end, reward in steps if end >= 0]
+
+
+_PROMPT_PROBLEM = re.compile(r"Compute \d+(?:[+-]\d+)*\.")
+
+
+def score_response(prompt: str, response: str) -> list[tuple[int, float]]:
+    """:func:`score_steps` with the problem read from the prompt (its last ``Compute ...``): the ``chain_rule`` step
+    scorer (``recipe_dapo.advantages.steps.StepScorer``)."""
+    found = _PROMPT_PROBLEM.findall(prompt)
+    if not found:
+        raise ValueError(
+            f"the chain_rule step scorer found no chain-arithmetic problem ('Compute 4+5-2.') in the prompt "
+            f"{prompt[-200:]!r}; it scores only the CPU task's chain data (size=cpu_chain)"
+        )
+    return score_steps(parse_problem(found[-1]), response)
+
+
+def _next_line(expression: str) -> str | None:
+    """``"4+5-2"`` -> ``"9-2"``: the first operation evaluated, the rest copied (None if there is no operation)."""
+    if not _EXPRESSION.match(expression):
+        return None
+    tokens = re.findall(r"\d+|[+-]", expression)
+    if len(tokens) < 3:
+        return None
+    first, op, second = int(tokens[0]), tokens[1], int(tokens[2])
+    return "".join([str(first + second if op == "+" else first - second), *tokens[3:]])

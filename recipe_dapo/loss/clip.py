@@ -45,7 +45,7 @@ def clip_problems(actor: Any) -> list[str]:
         )
     if not float(eps_high) > 0.0:
         problems.append(f"{ACTOR}.clip_ratio_high={eps_high} must be > 0 (the paper uses 0.28)")
-    elif float(eps_high) < float(eps_low):
+    elif float(eps_high) < float(eps_low) and _loss_mode(actor) != "cispo":  # CISPO: a far floor, a near ceiling
         problems.append(
             f"{ACTOR}.clip_ratio_high={eps_high} is below clip_ratio_low={eps_low}: did you swap them? Clip-higher "
             "widens the upper bound (the paper: low 0.2, high 0.28); for symmetric clipping set both equal"
@@ -64,6 +64,11 @@ def clip_bounds(actor: Any) -> ClipBounds:
     if problems:
         raise ValueError("; ".join(problems))
     return ClipBounds(*(float(value) for value in _configured(actor)))
+
+
+def _loss_mode(actor: Any) -> str | None:
+    policy_loss = actor.get("policy_loss", None)
+    return None if policy_loss is None else policy_loss.get("loss_mode", None)
 
 
 def _configured(actor: Any) -> tuple:

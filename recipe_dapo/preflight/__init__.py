@@ -29,7 +29,7 @@ from typing import Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe_dapo.preflight.algorithm import rule_algorithm, rule_behaviour_correction, rule_clip
+from recipe_dapo.preflight.algorithm import rule_algorithm, rule_behaviour_correction, rule_clip, rule_objective
 from recipe_dapo.preflight.base import CheckReport, DAPOConfigError, Rule
 from recipe_dapo.preflight.checkpoints import rule_checkpoint_resume
 from recipe_dapo.preflight.cluster import rule_batch_sizes, rule_cluster_shape, rule_cpu_memory, rule_cpu_seeded_prefill
@@ -51,6 +51,7 @@ RULES: tuple[Rule, ...] = (
     rule_algorithm,
     rule_batch_sizes,
     rule_clip,
+    rule_objective,
     rule_behaviour_correction,
     rule_dynamic_sampling,
     rule_filter_metric,

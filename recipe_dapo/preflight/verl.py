@@ -16,13 +16,19 @@ logger = logging.getLogger(__name__)
 
 def rule_registries(config: DictConfig, report: CheckReport) -> Iterable[str]:
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
-    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
 
     loss_mode = select(config, "actor_rollout_ref.actor.policy_loss.loss_mode")
     if loss_mode not in POLICY_LOSS_REGISTRY:
         yield (
             f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss; "
             f"choose one of {closest_first(loss_mode, POLICY_LOSS_REGISTRY)}"
+        )
+    estimator = str(select(config, "algorithm.adv_estimator"))
+    if estimator not in ADV_ESTIMATOR_REGISTRY:
+        yield (
+            f"algorithm.adv_estimator={estimator!r} is not a registered advantage estimator; choose one of "
+            f"{closest_first(estimator, ADV_ESTIMATOR_REGISTRY)}"
         )
     source = select(config, "reward.reward_manager.source", "register")
     name = select(config, "reward.reward_manager.name")

@@ -54,6 +54,10 @@ class DAPOTaskRunner(BaseTaskRunner):
         OmegaConf.resolve(config)
 
         actor_rollout_cls, worker_group_cls = self.add_actor_rollout_worker(config)
+        if config.dapo.objective.reference_reset_every > 0:  # iterative RL: a reference the trainer can reset
+            from recipe_dapo.trainers.classic.reference_worker import use_resettable_reference
+
+            use_resettable_reference(self.role_worker_mapping)
         self.add_reward_model_resource_pool(config)
         validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 

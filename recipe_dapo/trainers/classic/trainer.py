@@ -44,6 +44,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
+from recipe_dapo.advantages import GRPO_PROCESS
 from recipe_dapo.dynamic_sampling import (
     DATAPROTO_OPS,
     DynamicSampler,
@@ -52,6 +53,7 @@ from recipe_dapo.dynamic_sampling import (
     collect_step,
     trajectory_metric,
 )
+from recipe_dapo.loss.reference_reset import reset_due
 from recipe_dapo.policy_lag import POLICY_VERSION, row_lags, stamp
 from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
@@ -59,6 +61,7 @@ from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGE
     validation_seeds
 from recipe_dapo.trainers.nodes import log_placement
 from recipe_dapo.trainers.preemption import StepGivenUp
+from recipe_dapo.trainers.process_steps import write_step_rewards
 from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
     stopped_outcome
 from recipe_dapo.trainers.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
@@ -125,6 +128,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self.recipe.watch_rollout(getattr(self, "checkpoint_manager", None), getattr(self, "async_rollout_manager", None),
                                   getattr(self, "llm_server_manager", None))
         self.replicas.sync_weights(self.global_steps)
+        self.reset_reference({}, resumed=True)
         SkipManager.init(self.config)
 
         if self.config.trainer.get("val_before_train", True):
@@ -216,6 +220,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
             else:
                 # Under on_exhausted=train_partial too few groups qualified for one mini-batch: no update.
                 logger.warning("step %d: too few qualifying groups for a mini-batch; skipping the update", self.global_steps)
+            self.reset_reference(metrics)  # iterative RL, every N-th step whether or not it updated
             self.maybe_save(timing, is_last_step)
             stopping = self.save_if_preempted(timing)
         if not stopping:  # pre-empted: no validation, the time is the checkpoint's
@@ -360,6 +365,8 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            if self.config.algorithm.adv_estimator == GRPO_PROCESS:  # each step's reward at its last token
+                metrics.update(write_step_rewards(batch, self.tokenizer, self.config.dapo.objective.step_scorer))
             if rollout_corr_config is not None and "rollout_log_probs" in batch.batch and not bypass_mode:
                 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
@@ -423,6 +430,12 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         if rollout_data_dir:
             reward_extra = {k: batch.non_tensor_batch[k] for k in batch.meta_info.get("reward_extra_keys", [])}
             self._log_rollout_data(batch, reward_extra, timing, rollout_data_dir)
+
+    def reset_reference(self, metrics: dict, resumed: bool = False) -> None:
+        """Iterative RL: the reference takes the policy's weights when ``recipe_dapo.loss.reference_reset`` says so."""
+        if reset_due(self.global_steps, self.config.dapo.objective.reference_reset_every, resumed=resumed):
+            self.ref_policy_wg.reset_reference_to_actor()
+            metrics["actor/reference_reset"] = 1.0
 
     def maybe_save(self, timing: dict, is_last_step: bool) -> None:
         """Checkpoint on schedule (every save_freq steps, the last step, or before the allocation expires)."""
