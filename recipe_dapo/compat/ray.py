@@ -45,7 +45,7 @@ def actor_class(remote_class) -> type:
 @touches("ray.actor._modify_class", how="calls", checked=RAY,
          why="it gives every actor __ray_ready__, a no-op method: the cheapest call that says whether an actor of "
              "another package's class (it cannot be given a method) is alive")
-def ready(handle):
+def when_ready(handle):
     """An object ref that resolves once the actor behind ``handle`` answers (raises if it is dead)."""
     return handle.__ray_ready__.remote()
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 import ray
 
-from recipe_dapo.compat.ray import actor_label, ready
+from recipe_dapo.compat.ray import actor_label, when_ready
 from recipe_dapo.compat.verl import wrap_update_weights
 from recipe_dapo.trainers.rollout_health import RolloutDied, call_watched, summarize_error
 
@@ -63,7 +63,7 @@ class RolloutLiveness:
     def _actors_alive(self, role: str, handles: list) -> None:
         if not handles:
             return
-        refs = [ready(handle) for handle in handles]
+        refs = [when_ready(handle) for handle in handles]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
         for index, (handle, ref) in enumerate(zip(handles, refs)):
             if ref not in ready:
