@@ -1,0 +1,85 @@
+"""The memory plan follows verl's backward as it is: the update's [tokens, vocab] tensors with and without the entropy
+(verl turns flash-attn's in-place cross-entropy backward off when it computes the entropy), checkpointed, chunked and
+compiled, checked against torch's own accounting on CPU (``bench/memory_plan_check.py``'s check)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipe_dapo.preflight.memory_plan import (
+    ENTROPY_BACKWARD, LOGITS_AT_FORWARD_END, ModelFacts, plan_memory, update_logits_moments,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+check = pytest.importorskip("memory_plan_check")
+
+HAND = ModelFacts(name="hand", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=1000,
+                  tied=False)
+
+
+def update_phase(layout):
+    return next(p for p in plan_memory(layout, HAND, None).phases if p.name == "actor update")
+
+
+def test_entropy_in_the_update_turns_the_in_place_backward_off_and_adds_its_backward():
+    # Packed batches through flash-attn's kernel, 256 tokens x 8,192 vocabulary, bf16 (one copy: 4 MiB).
+    off = check.logits_layout("off", flash=True, grad=True)
+    copy = 256 * 8192 * 2
+    moments = update_logits_moments(256, 8192, 2, off)
+    assert list(moments) == [LOGITS_AT_FORWARD_END]
+    assert moments[LOGITS_AT_FORWARD_END][0].bytes == copy  # the gradient written into the logits
+    # The entropy on: the logits, their own gradient, the saved softmax, softmax's pending gradient and
+    # logsumexp's three backward temporaries: 7 copies on CPU (bf16 softmax).
+    eager = update_logits_moments(256, 8192, 2, check.logits_layout("eager", flash=True, grad=True))
+    assert sum(t.bytes for t in eager[ENTROPY_BACKWARD]) == 7 * copy
+    # On GPUs CUDA autocast runs softmax and logsumexp in fp32 and logsumexp keeps an fp32 copy of the logits:
+    # 2 bf16 + 6 fp32 = 14 bf16 copies.
+    cuda = dataclasses.replace(check.logits_layout("eager", flash=True, grad=True), device="cuda")
+    assert sum(t.bytes for t in update_logits_moments(256, 8192, 2, cuda)[ENTROPY_BACKWARD]) == 14 * copy
+    # Checkpointing lowers the end of the forward, not the backward (one more gradient of the logits, torch's).
+    ckpt = update_logits_moments(256, 8192, 2, check.logits_layout("checkpointed", flash=True, grad=True))
+    assert sum(t.bytes for t in ckpt[LOGITS_AT_FORWARD_END]) == copy
+    assert sum(t.bytes for t in ckpt[ENTROPY_BACKWARD]) == 8 * copy
+    # Compiled: the logits, their gradient and the compiled backward's gradient.
+    compiled = update_logits_moments(256, 8192, 2, check.logits_layout("compiled", flash=True, grad=True))
+    assert sum(t.bytes for t in compiled[ENTROPY_BACKWARD]) == 3 * copy
+
+
+def test_the_update_phase_grows_with_the_entropy_and_names_its_term():
+    layout = dataclasses.replace(check.logits_layout("off", flash=True, grad=True), device="cuda",
+                                 compiled_entropy=False)
+    without = update_phase(layout)
+    with_entropy = update_phase(dataclasses.replace(layout, entropy_in_update=True))
+    tokens = with_entropy.tokens
+    beside = with_entropy.term("checkpointed layer inputs (2 x tokens x hidden, bf16)") + with_entropy.term(
+        "final norm, rotary tables, ids")
+    assert beside > 0
+    # the entropy's backward decides: 2 x bf16 + 6 x fp32 per [tokens, vocab] element beside the activations
+    assert sum(t.bytes for t in with_entropy.terms if t.per_token) == beside + tokens * HAND.vocab * (2 * 2 + 6 * 4)
+    assert with_entropy.peak > without.peak
+    assert with_entropy.largest.name.startswith("logsumexp's backward")
+
+
+def test_padded_batches_run_the_plain_entropy_whatever_chunking_or_compile_say():
+    # verl's padded branch calls entropy_from_logits itself: chunking and torch.compile apply to packed batches only.
+    padded = dataclasses.replace(check.logits_layout("chunked", flash=False, grad=True), remove_padding=False)
+    plain = dataclasses.replace(check.logits_layout("eager", flash=False, grad=True), remove_padding=False)
+    assert update_logits_moments(256, 8192, 2, padded) == update_logits_moments(256, 8192, 2, plain)
+
+
+def test_cpu_check_of_the_entropy_terms_against_torchs_accounting_passes():
+    # One real verl FSDP engine update with the entropy in its loss (flash-attn's protocol, in-place backward off),
+    # and verl's logits functions on their own: the plan within the bench's pass threshold of torch's accounting.
+    scores = check.entropy_check()
+    assert scores["shapes_with_entropy"] == 1
+    assert scores["entropy_on_max_term_rel_error"] <= check.PASS["entropy_on_max_term_rel_error"], scores["lines"]
+    assert scores["total_rel_error"] <= check.PASS["total_rel_error"], scores["lines"]
+    # Positive control: the same measurement against the plan that ignores the entropy (the plan before it
+    # followed verl's backward) is far outside the threshold.
+    measured = scores["logits_measured"][("eager", True, True)]
+    assert abs(check.planned_logits_peak("off", True, True) - measured) / measured > 0.5
