@@ -83,3 +83,43 @@ def test_cpu_check_of_the_entropy_terms_against_torchs_accounting_passes():
     # followed verl's backward) is far outside the threshold.
     measured = scores["logits_measured"][("eager", True, True)]
     assert abs(check.planned_logits_peak("off", True, True) - measured) / measured > 0.5
+
+
+def test_standalone_command_refuses_the_legacy_micro_batch_keys_as_the_dry_run_does(capsys):
+    from recipe_dapo.preflight.memory_plan import main
+
+    # The global key verl 0.9.1's engine workers ignore: planned before as a micro-batch of 1, now refused naming
+    # the per-GPU key, in one line (exit 2), as the dry run's shape rule refuses it.
+    assert main(["--size", "small_one_gpu", "--gpu-gib", "23.6", "actor_rollout_ref.actor.use_dynamic_bsz=false",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size=8"]) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == ["memory plan: actor_rollout_ref.actor.ppo_micro_batch_size=8 is a global micro-batch size that "
+                   "verl 0.9.1's engine workers ignore: set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu "
+                   "instead"]
+    # A null per-GPU size without dynamic batches is refused too (the plan assumed 1).
+    assert main(["--size", "small_one_gpu", "--gpu-gib", "23.6", "actor_rollout_ref.actor.use_dynamic_bsz=false",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"]) == 2
+    assert "ppo_micro_batch_size_per_gpu is null with actor_rollout_ref.actor.use_dynamic_bsz=false" in \
+        capsys.readouterr().out
+    # Positive control: the per-GPU key is planned.
+    assert main(["--size", "small_one_gpu", "--gpu-gib", "23.6", "actor_rollout_ref.actor.use_dynamic_bsz=false",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]) == 0
+    assert "actor update" in capsys.readouterr().out
+
+
+def test_fsdp1_is_planned_with_its_root_unit_and_said_so_never_silently_as_fsdp2():
+    from recipe_dapo.preflight.memory_plan import compose_size, plan_for_config
+
+    def update(strategy):
+        plan = plan_for_config(compose_size("small_one_gpu", ["dapo.memory.gpu_memory_gib=23.6",
+                                                               f"actor_rollout_ref.actor.strategy={strategy}"]))
+        return plan, next(p for p in plan.phases if p.name == "actor update")
+
+    fsdp1, update1 = update("fsdp")
+    fsdp2, update2 = update("fsdp2")
+    root = "FSDP1 root unit kept gathered: embedding (tied: lm_head) (bf16)"
+    # Qwen2.5-0.5B's tied embedding, 151,936 x 896 bf16, gathered through the whole backward under FSDP1
+    assert update1.term(root) == 151_936 * 896 * 2 and update2.term(root) == 0
+    assert update1.peak >= update2.peak  # at lm_head's backward both hold it; elsewhere only FSDP1
+    assert any(line.startswith("  note: strategy=fsdp (FSDP1) is planned") for line in fsdp1.table())
+    assert not any("FSDP1" in line for line in fsdp2.table())

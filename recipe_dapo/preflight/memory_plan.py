@@ -291,6 +291,7 @@ class MemoryPlan:
         lines.append(f"  host memory per node: {gib(self.host_bytes_per_node)} GiB"
                      + (f" ({', '.join(f'{t.name} {gib(t.bytes)}' for t in self.host_terms if t.bytes)})"
                         if self.host_bytes_per_node else ""))
+        lines += [f"  note: {note}" for note in self.notes]
         return lines
 
     def details(self) -> list[str]:
@@ -375,6 +376,9 @@ class Layout:
     """``cuda``: verl's GPU path (flash-attn cross-entropy, prefetched all-gathers, AdamW's foreach kernels);
     ``cpu``: what the CPU platform runs (the bench's reference)."""
     overhead_bytes: int
+    strategy: str = "fsdp2"
+    """``actor.strategy``: ``fsdp2`` (what the bench measures) or ``fsdp`` (FSDP1: its root unit, the embedding and
+    lm_head, stays gathered from the forward to the backward)."""
     flash_cross_entropy: Optional[bool] = None
     """verl's log-probs through flash-attn's cross-entropy kernel (packed batches only); None: on GPUs (flash-attn
     installed, as verl's GPU images have it), not on CPU."""
@@ -384,8 +388,31 @@ class Layout:
         return self.prompt + self.response
 
 
+LEGACY_MICRO_KEYS = ((f"{ACTOR}.ppo_micro_batch_size", f"{ACTOR}.ppo_micro_batch_size_per_gpu"),
+                     (f"{ROLLOUT}.log_prob_micro_batch_size", f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu"),
+                     (f"{REF}.log_prob_micro_batch_size", f"{REF}.log_prob_micro_batch_size_per_gpu"))
+
+
+def _micro(config, key: str, dynamic_key: str) -> int:
+    """A per-GPU micro-batch size; refused (as the dry run's shape rule refuses it) when null without dynamic
+    batches: verl would not run, and the plan would otherwise assume 1."""
+    value = _sel(config, key, None)
+    if value is None:
+        if not bool(_sel(config, dynamic_key, False)):
+            raise PlanInputMissing(f"memory plan: {key} is null with {dynamic_key}=false: set {key} (sequences a "
+                                   "micro-batch per GPU)")
+        return 1
+    return int(value)
+
+
 def layout_from_config(config) -> Layout:
-    """The plan's inputs from a composed (resolved) run config."""
+    """The plan's inputs from a composed (resolved) run config. The global micro-batch keys verl 0.9.1's engine
+    workers ignore are refused, naming the per-GPU key to set, as the dry run refuses them."""
+    for legacy, per_gpu in LEGACY_MICRO_KEYS:
+        value = _sel(config, legacy, None)
+        if value is not None:
+            raise PlanInputMissing(f"memory plan: {legacy}={value} is a global micro-batch size that verl 0.9.1's "
+                                   f"engine workers ignore: set {per_gpu} instead")
     nnodes, per_node = int(_sel(config, "trainer.nnodes", 1)), int(_sel(config, "trainer.n_gpus_per_node", 1))
     world = nnodes * per_node
     fsdp_size = int(_sel(config, f"{ACTOR}.fsdp_config.fsdp_size", -1))
@@ -413,11 +440,13 @@ def layout_from_config(config) -> Layout:
         mini_rows_per_gpu=mini_rows,
         dynamic=bool(_sel(config, f"{ACTOR}.use_dynamic_bsz", False)),
         update_tokens_budget=update_budget,
-        update_micro=int(_sel(config, f"{ACTOR}.ppo_micro_batch_size_per_gpu", 1) or 1),
+        update_micro=_micro(config, f"{ACTOR}.ppo_micro_batch_size_per_gpu", f"{ACTOR}.use_dynamic_bsz"),
         logprob_tokens_budget=int(_sel(config, f"{ROLLOUT}.log_prob_max_token_len_per_gpu", update_budget)),
-        logprob_micro=int(_sel(config, f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", 1) or 1),
+        logprob_micro=_micro(config, f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu",
+                             f"{ROLLOUT}.log_prob_use_dynamic_bsz"),
         ref_tokens_budget=int(_sel(config, f"{REF}.log_prob_max_token_len_per_gpu", update_budget)),
         ref_micro=int(_sel(config, f"{REF}.log_prob_micro_batch_size_per_gpu", 1) or 1),
+        strategy=str(_sel(config, f"{ACTOR}.strategy", "fsdp")),
         param_bytes=_dtype_bytes(_sel(config, f"{ACTOR}.fsdp_config.model_dtype", "fp32"), 4),
         compute_bytes=_dtype_bytes(mixed.get("param_dtype", "bf16") if hasattr(mixed, "get") else "bf16", 2),
         rollout_bytes=_dtype_bytes(_sel(config, f"{ROLLOUT}.dtype", "bfloat16"), 2),
@@ -575,6 +604,13 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
     # like every other unit, and lm_head's unit is gathered again for its backward.
     # 1. The end of the forward: the saved activations and every copy of the logits.
     at_logits = [saved, around, *logits_moments[LOGITS_AT_FORWARD_END]]
+    # FSDP1 (strategy=fsdp) does not reshard its root unit (the embedding, lm_head and the final norm: the decoder
+    # layers are the wrapped units) after the forward: it stays gathered through the whole backward
+    root = [Term(f"FSDP1 root unit kept gathered: embedding{' (tied: lm_head)' if m.tied else ' and lm_head'} "
+                 f"({logits_dtype})", m.embed_params * b * (1 if m.tied else 2),
+                 "strategy=fsdp: FSDP1 keeps the root's parameters unsharded from the forward to the backward; "
+                 "derived, not measured (the bench measures FSDP2)")] if lay.strategy == "fsdp" else []
+    at_logits += root
     # 2. lm_head's backward: the logits' gradient (the log_softmax outputs and packed copies are freed by then; the
     # flash-attn kernel's gradient is the logits themselves), lm_head gathered again and its weight's gradient in the
     # compute dtype. With a tied embedding autograd holds that gradient until the embedding's arrives (moment 4).
@@ -583,10 +619,10 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
                      "the tied embedding's share, held until the embedding's arrives" if m.tied else "")
     logits_grad = logits if (flash and not lay.entropy_in_update) or lay.fused_kernels else Term(
         f"the logits' gradient [tokens, vocab] ({logits_dtype})", t_up * m.vocab * b, per_token=True)
-    at_head = [saved, around, logits_grad, lm_head, head_grad]
+    at_head = [saved, around, logits_grad, *(root or [lm_head]), head_grad]
     # 2b. lm_head's reduce-scatter (untied): the gathered weight is resharded, its gradient is copied into
     # reduce_dtype (fp32) while the logits' buffer is still alive (measured on CPU)
-    at_head_reduce = [saved, around, logits_grad, head_grad, Term(
+    at_head_reduce = [saved, around, logits_grad, *root, head_grad, Term(
         "lm_head's gradient in reduce_dtype for its reduce-scatter (fp32)", m.embed_params * 4)] \
         if not m.tied and lay.lora_rank == 0 else []
     # 3. A decoder layer's backward (recomputed first with checkpointing), its gathered weights (prefetched: two on
@@ -601,11 +637,12 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
                  Term(f"gathered layer{'s (current and prefetched)' if gpu else ''} ({logits_dtype})",
                       (2 if gpu else 1) * m.layer_params * b),
                  layer_grad]
-    in_layer += all_gather
+    in_layer += all_gather + root
     moments = [at_logits, at_head, in_layer] + ([at_head_reduce] if at_head_reduce else [])
     # 5. With the entropy in the update (entropy_coeff != 0 or calculate_entropy): the entropy's backward, after the
     # log-probs' (update_logits_moments).
-    moments += [[saved, around, *terms] for name, terms in logits_moments.items() if name != LOGITS_AT_FORWARD_END]
+    moments += [[saved, around, *terms, *root] for name, terms in logits_moments.items()
+                if name != LOGITS_AT_FORWARD_END]
     if m.tied:
         in_layer += [lm_head, head_grad]
         # 4. The end of the backward with a tied embedding: the activations are freed, and autograd adds the
@@ -641,6 +678,13 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
     if lay.free_cache_engine and gpu and lay.lora_rank > 0:  # level 2 (weights discarded) unless LoRA adapters
         host.append(Term("sleeping vLLM weights (sleep level 1, LoRA)", weights_rank))
     host_per_node = sum(t.bytes for t in host) * lay.per_node
+    if lay.strategy == "fsdp":
+        notes.append("strategy=fsdp (FSDP1) is planned with the terms measured on FSDP2 plus FSDP1's root unit (the "
+                     "embedding and lm_head) kept gathered from the forward to the backward; FSDP1 itself is not "
+                     "measured (the bench measures FSDP2)")
+    elif lay.strategy != "fsdp2":
+        raise PlanInputMissing(f"memory plan: {ACTOR}.strategy={lay.strategy} is not planned (the plan follows verl's "
+                               "FSDP engines: fsdp2, or fsdp with FSDP1's root unit)")
     if lay.dynamic:
         notes.append("dynamic micro-batches are planned at their token budget; verl balances micro-batches by "
                      "attention workload, so one may run slightly over it")
