@@ -561,7 +561,7 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
         if lay.fsdp > 1 else []
     t_lp = _tokens(lay.dynamic, lay.logprob_tokens_budget, lay.logprob_micro, seq, lay.sp)
     at_logits = [Term(f"logits [tokens, vocab] ({logits_dtype})", t_lp * m.vocab * b, per_token=True),
-                 _entropy_term(t_lp, m, b, lay)]
+                 no_grad_entropy_term(t_lp, m, b, lay)]
     in_layer = [Term("gathered layer (no-grad forward)", (2 if gpu else 1) * m.layer_params * b),
                 Term("one layer's working set", t_lp * forward_working_set_bytes_per_token(m, b), per_token=True)
                 ] + all_gather
@@ -801,7 +801,7 @@ def update_logits_moments(tokens: int, vocab: int, b: int, lay: Layout) -> dict[
     return moments
 
 
-def _entropy_term(tokens: int, m: ModelFacts, b: int, lay: Layout) -> Term:
+def no_grad_entropy_term(tokens: int, m: ModelFacts, b: int, lay: Layout) -> Term:
     """The entropy's temporaries in a no-grad pass (old log-probs) beside the logits; padded batches run verl's
     plain ``entropy_from_logits`` (neither chunked nor compiled)."""
     if not lay.remove_padding:
