@@ -123,3 +123,24 @@ def test_fsdp1_is_planned_with_its_root_unit_and_said_so_never_silently_as_fsdp2
     assert update1.peak >= update2.peak  # at lm_head's backward both hold it; elsewhere only FSDP1
     assert any(line.startswith("  note: strategy=fsdp (FSDP1) is planned") for line in fsdp1.table())
     assert not any("FSDP1" in line for line in fsdp2.table())
+
+
+def test_an_update_the_entropy_overflows_is_told_to_compile_it_not_to_checkpoint_it():
+    from recipe_dapo.preflight.memory_rule import cheapest_fix
+
+    # One 4,096-token sequence of a 152k vocabulary on an 8 GiB card: even one sequence a micro-batch does not fit
+    # with the eager entropy's backward (14 bf16 copies on GPUs), so the fix is about the entropy.
+    big = dataclasses.replace(HAND, vocab=151_936)
+    layout = dataclasses.replace(check.logits_layout("eager", flash=True, grad=True), device="cuda",
+                                 prompt=1024, response=3072, update_tokens_budget=4096, logprob_tokens_budget=4096,
+                                 flash_cross_entropy=None)
+    plan = plan_memory(layout, big, 8 << 30)
+    update = next(p for p in plan.phases if p.name == "actor update")
+    assert update.peak > 8 << 30 and update.largest.name.startswith("logsumexp's backward")
+    fix = cheapest_fix(plan, update)
+    assert fix.startswith("set actor_rollout_ref.actor.fsdp_config.use_torch_compile=true"), fix
+    # The compiled entropy does fit there: the fix is a real one (and checkpointing would not have been).
+    compiled = plan_memory(dataclasses.replace(layout, compiled_entropy=True), big, 8 << 30)
+    assert next(p for p in compiled.phases if p.name == "actor update").peak <= 8 << 30
+    checkpointed = plan_memory(dataclasses.replace(layout, entropy_checkpointing=True), big, 8 << 30)
+    assert next(p for p in checkpointed.phases if p.name == "actor update").peak > 8 << 30
