@@ -52,7 +52,7 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 GIB = 1 << 30
@@ -291,6 +291,7 @@ class MemoryPlan:
         lines.append(f"  host memory per node: {gib(self.host_bytes_per_node)} GiB"
                      + (f" ({', '.join(f'{t.name} {gib(t.bytes)}' for t in self.host_terms if t.bytes)})"
                         if self.host_bytes_per_node else ""))
+        lines += [f"  note: {note}" for note in self.notes]
         return lines
 
     def details(self) -> list[str]:
@@ -375,14 +376,43 @@ class Layout:
     """``cuda``: verl's GPU path (flash-attn cross-entropy, prefetched all-gathers, AdamW's foreach kernels);
     ``cpu``: what the CPU platform runs (the bench's reference)."""
     overhead_bytes: int
+    strategy: str = "fsdp2"
+    """``actor.strategy``: ``fsdp2`` (what the bench measures) or ``fsdp`` (FSDP1: its root unit, the embedding and
+    lm_head, stays gathered from the forward to the backward)."""
+    flash_cross_entropy: Optional[bool] = None
+    """verl's log-probs through flash-attn's cross-entropy kernel (packed batches only); None: on GPUs (flash-attn
+    installed, as verl's GPU images have it), not on CPU."""
 
     @property
     def sequence_tokens(self) -> int:
         return self.prompt + self.response
 
 
+LEGACY_MICRO_KEYS = ((f"{ACTOR}.ppo_micro_batch_size", f"{ACTOR}.ppo_micro_batch_size_per_gpu"),
+                     (f"{ROLLOUT}.log_prob_micro_batch_size", f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu"),
+                     (f"{REF}.log_prob_micro_batch_size", f"{REF}.log_prob_micro_batch_size_per_gpu"))
+
+
+def _micro(config, key: str, dynamic_key: str) -> int:
+    """A per-GPU micro-batch size; refused (as the dry run's shape rule refuses it) when null without dynamic
+    batches: verl would not run, and the plan would otherwise assume 1."""
+    value = _sel(config, key, None)
+    if value is None:
+        if not bool(_sel(config, dynamic_key, False)):
+            raise PlanInputMissing(f"memory plan: {key} is null with {dynamic_key}=false: set {key} (sequences a "
+                                   "micro-batch per GPU)")
+        return 1
+    return int(value)
+
+
 def layout_from_config(config) -> Layout:
-    """The plan's inputs from a composed (resolved) run config."""
+    """The plan's inputs from a composed (resolved) run config. The global micro-batch keys verl 0.9.1's engine
+    workers ignore are refused, naming the per-GPU key to set, as the dry run refuses them."""
+    for legacy, per_gpu in LEGACY_MICRO_KEYS:
+        value = _sel(config, legacy, None)
+        if value is not None:
+            raise PlanInputMissing(f"memory plan: {legacy}={value} is a global micro-batch size that verl 0.9.1's "
+                                   f"engine workers ignore: set {per_gpu} instead")
     nnodes, per_node = int(_sel(config, "trainer.nnodes", 1)), int(_sel(config, "trainer.n_gpus_per_node", 1))
     world = nnodes * per_node
     fsdp_size = int(_sel(config, f"{ACTOR}.fsdp_config.fsdp_size", -1))
@@ -410,11 +440,13 @@ def layout_from_config(config) -> Layout:
         mini_rows_per_gpu=mini_rows,
         dynamic=bool(_sel(config, f"{ACTOR}.use_dynamic_bsz", False)),
         update_tokens_budget=update_budget,
-        update_micro=int(_sel(config, f"{ACTOR}.ppo_micro_batch_size_per_gpu", 1) or 1),
+        update_micro=_micro(config, f"{ACTOR}.ppo_micro_batch_size_per_gpu", f"{ACTOR}.use_dynamic_bsz"),
         logprob_tokens_budget=int(_sel(config, f"{ROLLOUT}.log_prob_max_token_len_per_gpu", update_budget)),
-        logprob_micro=int(_sel(config, f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", 1) or 1),
+        logprob_micro=_micro(config, f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu",
+                             f"{ROLLOUT}.log_prob_use_dynamic_bsz"),
         ref_tokens_budget=int(_sel(config, f"{REF}.log_prob_max_token_len_per_gpu", update_budget)),
         ref_micro=int(_sel(config, f"{REF}.log_prob_micro_batch_size_per_gpu", 1) or 1),
+        strategy=str(_sel(config, f"{ACTOR}.strategy", "fsdp")),
         param_bytes=_dtype_bytes(_sel(config, f"{ACTOR}.fsdp_config.model_dtype", "fp32"), 4),
         compute_bytes=_dtype_bytes(mixed.get("param_dtype", "bf16") if hasattr(mixed, "get") else "bf16", 2),
         rollout_bytes=_dtype_bytes(_sel(config, f"{ROLLOUT}.dtype", "bfloat16"), 2),
@@ -529,7 +561,7 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
         if lay.fsdp > 1 else []
     t_lp = _tokens(lay.dynamic, lay.logprob_tokens_budget, lay.logprob_micro, seq, lay.sp)
     at_logits = [Term(f"logits [tokens, vocab] ({logits_dtype})", t_lp * m.vocab * b, per_token=True),
-                 _entropy_term(t_lp, m, b, lay, no_grad=True)]
+                 no_grad_entropy_term(t_lp, m, b, lay)]
     in_layer = [Term("gathered layer (no-grad forward)", (2 if gpu else 1) * m.layer_params * b),
                 Term("one layer's working set", t_lp * forward_working_set_bytes_per_token(m, b), per_token=True)
                 ] + all_gather
@@ -564,40 +596,35 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
     # outside the layers: the final RMSNorm's saved tensors, rotary cos/sin, the token ids
     around = Term("final norm, rotary tables, ids", t_up * (4 * m.hidden + 2 * b * m.hidden + 4 + 2 * b * m.head_dim
                                                             + 8 * (1 if lay.remove_padding else 2)), per_token=True)
-    flash = gpu and lay.remove_padding and not lay.fused_kernels
-    # without flash-attn's kernel, verl's per-row log_softmax saves its outputs; CUDA autocast computes them in fp32
-    ls_b = 4 if gpu else b
-    ls_dtype, ls_note = _dtype_name(ls_b), ("; CUDA autocast computes them in fp32" if gpu else "")
-    if lay.fused_kernels:
-        logits = Term("logits (fused kernels: not materialised)", 0)
-    elif flash:
-        logits = Term(f"logits and their gradient [tokens, vocab] ({logits_dtype})", t_up * m.vocab * b,
-                      "flash-attn cross-entropy writes the gradient into the logits: not measured on CPU", True)
-    elif lay.remove_padding:
-        logits = Term(f"logits and log_softmax outputs [tokens, vocab] "
-                      f"({f'2 x {logits_dtype}' if ls_b == b else f'{logits_dtype} + {ls_dtype}'})",
-                      t_up * m.vocab * (b + ls_b), "the per-row log_softmax outputs saved for backward" + ls_note, True)
-    else:
-        logits = Term(f"logits, packed copy, log_softmax outputs [tokens, vocab] "
-                      f"({f'3 x {logits_dtype}' if ls_b == b else f'2 x {logits_dtype} + {ls_dtype}'})",
-                      t_up * m.vocab * (2 * b + ls_b), "padded batches: the model's logits, their packed copy and its "
-                      "per-row log_softmax outputs saved for backward" + ls_note, True)
+    logits_moments = update_logits_moments(t_up, m.vocab, b, lay)
+    logits = logits_moments[LOGITS_AT_FORWARD_END][0]
+    flash = flash_cross_entropy(lay)
     # Four moments of a micro-batch's forward and backward; the largest decides. verl passes reshard_after_forward
     # to fully_shard, so the root unit (with a tied embedding: embed_tokens = lm_head) is resharded after the forward
     # like every other unit, and lm_head's unit is gathered again for its backward.
     # 1. The end of the forward: the saved activations and every copy of the logits.
-    at_logits = [saved, around, logits]
-    if lay.entropy_in_update:
-        at_logits.append(_entropy_term(t_up, m, b, lay, no_grad=False))
+    at_logits = [saved, around, *logits_moments[LOGITS_AT_FORWARD_END]]
+    # FSDP1 (strategy=fsdp) does not reshard its root unit (the embedding, lm_head and the final norm: the decoder
+    # layers are the wrapped units) after the forward: it stays gathered through the whole backward
+    root = [Term(f"FSDP1 root unit kept gathered: embedding{' (tied: lm_head)' if m.tied else ' and lm_head'} "
+                 f"({logits_dtype})", m.embed_params * b * (1 if m.tied else 2),
+                 "strategy=fsdp: FSDP1 keeps the root's parameters unsharded from the forward to the backward; "
+                 "derived, not measured (the bench measures FSDP2)")] if lay.strategy == "fsdp" else []
+    at_logits += root
     # 2. lm_head's backward: the logits' gradient (the log_softmax outputs and packed copies are freed by then; the
     # flash-attn kernel's gradient is the logits themselves), lm_head gathered again and its weight's gradient in the
     # compute dtype. With a tied embedding autograd holds that gradient until the embedding's arrives (moment 4).
     lm_head = Term(f"gathered {'embedding/lm_head' if m.tied else 'lm_head'} ({logits_dtype})", m.embed_params * b)
     head_grad = Term(f"lm_head's weight gradient ({logits_dtype})", m.embed_params * b if lay.lora_rank == 0 else 0,
                      "the tied embedding's share, held until the embedding's arrives" if m.tied else "")
-    logits_grad = logits if flash or lay.fused_kernels else Term(
+    logits_grad = logits if (flash and not lay.entropy_in_update) or lay.fused_kernels else Term(
         f"the logits' gradient [tokens, vocab] ({logits_dtype})", t_up * m.vocab * b, per_token=True)
-    at_head = [saved, around, logits_grad, lm_head, head_grad]
+    at_head = [saved, around, logits_grad, *(root or [lm_head]), head_grad]
+    # 2b. lm_head's reduce-scatter (untied): the gathered weight is resharded, its gradient is copied into
+    # reduce_dtype (fp32) while the logits' buffer is still alive (measured on CPU)
+    at_head_reduce = [saved, around, logits_grad, *root, head_grad, Term(
+        "lm_head's gradient in reduce_dtype for its reduce-scatter (fp32)", m.embed_params * 4)] \
+        if not m.tied and lay.lora_rank == 0 else []
     # 3. A decoder layer's backward (recomputed first with checkpointing), its gathered weights (prefetched: two on
     # GPUs) and its gradient in reduce_dtype for the reduce-scatter (kept until the next unit's reduce-scatter).
     layer_grad = Term("a layer's gradient in reduce_dtype for its reduce-scatter (fp32)", m.layer_params * 4)
@@ -610,8 +637,12 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
                  Term(f"gathered layer{'s (current and prefetched)' if gpu else ''} ({logits_dtype})",
                       (2 if gpu else 1) * m.layer_params * b),
                  layer_grad]
-    in_layer += all_gather
-    moments = [at_logits, at_head, in_layer]
+    in_layer += all_gather + root
+    moments = [at_logits, at_head, in_layer] + ([at_head_reduce] if at_head_reduce else [])
+    # 5. With the entropy in the update (entropy_coeff != 0 or calculate_entropy): the entropy's backward, after the
+    # log-probs' (update_logits_moments).
+    moments += [[saved, around, *terms, *root] for name, terms in logits_moments.items()
+                if name != LOGITS_AT_FORWARD_END]
     if m.tied:
         in_layer += [lm_head, head_grad]
         # 4. The end of the backward with a tied embedding: the activations are freed, and autograd adds the
@@ -647,6 +678,13 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
     if lay.free_cache_engine and gpu and lay.lora_rank > 0:  # level 2 (weights discarded) unless LoRA adapters
         host.append(Term("sleeping vLLM weights (sleep level 1, LoRA)", weights_rank))
     host_per_node = sum(t.bytes for t in host) * lay.per_node
+    if lay.strategy == "fsdp":
+        notes.append("strategy=fsdp (FSDP1) is planned with the terms measured on FSDP2 plus FSDP1's root unit (the "
+                     "embedding and lm_head) kept gathered from the forward to the backward; FSDP1 itself is not "
+                     "measured (the bench measures FSDP2)")
+    elif lay.strategy != "fsdp2":
+        raise PlanInputMissing(f"memory plan: {ACTOR}.strategy={lay.strategy} is not planned (the plan follows verl's "
+                               "FSDP engines: fsdp2, or fsdp with FSDP1's root unit)")
     if lay.dynamic:
         notes.append("dynamic micro-batches are planned at their token budget; verl balances micro-batches by "
                      "attention workload, so one may run slightly over it")
@@ -659,18 +697,125 @@ def _larger(*moments: list[Term]) -> list[Term]:
     return max(moments, key=lambda terms: sum(t.bytes for t in terms))
 
 
-def _entropy_term(tokens: int, m: ModelFacts, b: int, lay: Layout, no_grad: bool) -> Term:
+LOGITS_AT_FORWARD_END = "the end of the forward"
+ENTROPY_BACKWARD = "the entropy's backward"
+COMPILED_ENTROPY_FORWARD = "the compiled entropy's forward"
+
+
+def flash_cross_entropy(lay: Layout) -> bool:
+    """verl's log-probs go through flash-attn's cross-entropy kernel: packed batches without fused kernels, on GPUs
+    (``Layout.flash_cross_entropy`` overrides)."""
+    installed = lay.device != "cpu" if lay.flash_cross_entropy is None else lay.flash_cross_entropy
+    return installed and lay.remove_padding and not lay.fused_kernels
+
+
+def update_logits_moments(tokens: int, vocab: int, b: int, lay: Layout) -> dict[str, list[Term]]:
+    """The ``[tokens, vocab]`` tensors of an update micro-batch's logits at each moment that can decide its peak
+    (the layers' saved activations come on top), as verl 0.9.1's ``FSDPEngineWithLMHead.prepare_model_outputs``
+    makes them. ``b``: the compute dtype's bytes; with ``device=cuda`` autocast runs softmax, log_softmax and
+    logsumexp in fp32 (f = 4 B), on CPU in ``b``. Per element of ``[tokens, vocab]``:
+
+    - *end of the forward*, entropy off: flash-attn's kernel keeps the logits alone (``b``; its backward writes the
+      gradient into them: ``inplace_backward``); without it the per-row log_softmax keeps its outputs (``b + s``,
+      s = f on GPUs, b on CPU), and padded batches a packed copy too (``2 b + s``).
+    - *entropy on* (``entropy_coeff != 0`` or ``calculate_entropy``): verl turns the in-place backward off, so the
+      kernel's gradient is a new tensor. ``entropy = logsumexp(z) - sum(softmax(z) z)`` saves the softmax
+      (s) and, under CUDA autocast, logsumexp's fp32 copy of the logits (f) unless ``entropy_checkpointing``.
+      Autograd runs the log-probs' backward first (their nodes are newer), then the entropy's: the product's
+      backward leaves softmax's pending gradient (s), and logsumexp's backward makes ``exp(z - lse) g`` with two
+      temporaries while it and the logits' accumulated gradient (``b``) are alive:
+      ``b (logits) + b (their gradient) + s (softmax) [+ f] + s (pending) + 3 s'`` (s' = f on GPUs, b on CPU):
+      7 ``b`` on CPU, ``2 b + 6 f`` on GPUs. Checkpointing recomputes the same tensors at the backward: the same
+      peak, only the end of the forward is lower.
+    - *chunked* (``entropy_from_logits_with_chunking``, chunks of c rows): every chunk's fp32 copy and softmax are
+      saved (2 f per element; the logits themselves are freed), and a chunk's backward has five fp32
+      ``[c, vocab]`` temporaries beside the logits' gradient.
+    - *compiled* (``use_torch_compile``): the fused kernel saves no ``[tokens, vocab]`` tensor; its backward makes
+      one gradient (``b``): ``3 b`` with the logits and their gradient. Inductor's CPU kernel materialises one fp32
+      ``[tokens, vocab]`` buffer in the forward (measured); on GPUs Triton's fused reduction is assumed to keep it
+      in registers (not measured).
+
+    ``bench/memory_plan_check.py`` measures each case with torch's accounting on CPU."""
+    gpu = lay.device != "cpu"
+    tv = tokens * vocab
+    name_b = _dtype_name(b)
+    s = 4 if gpu else b
+    autocast = "; CUDA autocast computes it in fp32" if gpu else ""
+    entropy = lay.entropy_in_update and not lay.fused_kernels
+    # padded batches: verl calls entropy_from_logits itself, neither chunked nor compiled
+    chunk, compiled = (lay.entropy_chunk, lay.compiled_entropy) if lay.remove_padding else (0, False)
+    if lay.fused_kernels:
+        return {LOGITS_AT_FORWARD_END: [Term("logits (fused kernels: not materialised)", 0)]}
+    if flash_cross_entropy(lay) and not entropy:
+        logits = Term(f"logits and their gradient [tokens, vocab] ({name_b})", tv * b,
+                      "flash-attn cross-entropy writes the gradient into the logits (inplace_backward; its protocol "
+                      "measured on CPU)", True)
+    elif flash_cross_entropy(lay):
+        logits = Term(f"logits [tokens, vocab] ({name_b})", tv * b, "flash-attn cross-entropy's in-place backward "
+                      "is off while verl computes the entropy", True)
+    elif lay.remove_padding:
+        logits = Term(f"logits and log_softmax outputs [tokens, vocab] "
+                      f"({f'2 x {name_b}' if s == b else f'{name_b} + {_dtype_name(s)}'})",
+                      tv * (b + s), "the per-row log_softmax outputs saved for backward" + autocast, True)
+    else:
+        logits = Term(f"logits, packed copy, log_softmax outputs [tokens, vocab] "
+                      f"({f'3 x {name_b}' if s == b else f'2 x {name_b} + {_dtype_name(s)}'})",
+                      tv * (2 * b + s), "padded batches: the model's logits, their packed copy and its "
+                      "per-row log_softmax outputs saved for backward" + autocast, True)
+    moments = {LOGITS_AT_FORWARD_END: [logits]}
+    if not entropy:
+        return moments
+    own = Term(f"logits [tokens, vocab] ({name_b})", tv * b, per_token=True)
+    grad = Term(f"the logits' gradient [tokens, vocab] ({name_b})", tv * b,
+                "a new tensor: verl turns the in-place backward off with the entropy", True)
+    if chunk:
+        chunk = min(tokens, chunk)
+        saved = Term("entropy chunks saved for backward (every chunk's fp32 copy and softmax: 2 x fp32)", tv * 8,
+                     "entropy_from_logits_with_chunking", True)
+        moments[LOGITS_AT_FORWARD_END].append(saved)
+        # the chunks' fp32 copies are what the entropy saves: the logits themselves are freed by then
+        moments[ENTROPY_BACKWARD] = [saved, grad, Term(
+            f"a chunk's backward temporaries (5 x fp32 [{chunk}, vocab])", 5 * chunk * vocab * 4)]
+    elif compiled:
+        moments[ENTROPY_BACKWARD] = [own, grad, Term(f"the compiled entropy's gradient [tokens, vocab] ({name_b})",
+                                                     tv * b, "use_torch_compile: nothing [tokens, vocab] saved", True)]
+        if not gpu:
+            moments[COMPILED_ENTROPY_FORWARD] = [own, Term(
+                "the compiled entropy's fp32 buffer [tokens, vocab] (inductor's CPU kernel)", tv * 4, per_token=True)]
+    else:
+        saved = Term(f"entropy's saved softmax{' and logsumexp fp32 copy (2 x fp32)' if gpu else f' ({name_b})'}",
+                     tv * (s + (4 if gpu else 0)),
+                     ("recomputed at the backward (entropy_checkpointing)" if lay.entropy_checkpointing else
+                      "saved for backward") + autocast, True)
+        if not lay.entropy_checkpointing:
+            moments[LOGITS_AT_FORWARD_END].append(saved)
+        moments[ENTROPY_BACKWARD] = [
+            own, grad, saved, Term(f"softmax's pending gradient [tokens, vocab] ({_dtype_name(s)})", tv * s,
+                                   per_token=True),
+            Term(f"logsumexp's backward: z - lse, its exp and x gradient (3 x {_dtype_name(s)})", 3 * tv * s,
+                 per_token=True)]
+        if lay.entropy_checkpointing:
+            moments[ENTROPY_BACKWARD].append(Term(
+                f"the checkpoint's own gradient of the logits [tokens, vocab] ({name_b})", tv * b,
+                "torch.utils.checkpoint returns the recomputed graph's gradient beside the accumulated one", True))
+    return moments
+
+
+def no_grad_entropy_term(tokens: int, m: ModelFacts, b: int, lay: Layout) -> Term:
+    """The entropy's temporaries in a no-grad pass (old log-probs) beside the logits; padded batches run verl's
+    plain ``entropy_from_logits`` (neither chunked nor compiled)."""
+    if not lay.remove_padding:
+        lay = replace(lay, entropy_chunk=0, compiled_entropy=False)
     if lay.compiled_entropy and not lay.entropy_chunk:
-        return Term("entropy (torch.compile: one fused reduction)", 0 if no_grad else tokens * m.vocab * b,
-                    "fsdp_config.use_torch_compile; " + ("no [tokens, vocab] temporary" if no_grad else
-                                                         "its gradient [tokens, vocab]") + ": not measured on CPU",
-                    True)
+        if lay.device == "cpu":
+            return Term("entropy (torch.compile: inductor's CPU kernel, one fp32 [tokens, vocab] buffer)",
+                        tokens * m.vocab * 4, "measured on CPU", True)
+        return Term("entropy (torch.compile: one fused reduction)", 0,
+                    "fsdp_config.use_torch_compile; Triton's fused reduction: no [tokens, vocab] temporary "
+                    "(not measured on a GPU)", True)
     if lay.entropy_chunk:
         chunk = min(tokens, lay.entropy_chunk)
         return Term(f"entropy, chunked ({chunk} rows x vocab, 3 x fp32)", 3 * chunk * m.vocab * 4)
-    if not no_grad and lay.entropy_checkpointing:
-        return Term("entropy (checkpointed: recomputed in backward)", 2 * tokens * m.vocab * b,
-                    "softmax and softmax x logits, at the backward", True)
     if lay.device != "cpu":
         # CUDA autocast runs softmax and logsumexp in fp32: the softmax, logsumexp's fp32 copy of the logits and its
         # kernel's exp temporary are alive at once (measured on an H200 with max_memory_allocated)

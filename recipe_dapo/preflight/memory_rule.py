@@ -142,8 +142,13 @@ def cheapest_fix(plan, phase) -> str:
         return f"set {MODEL}.enable_gradient_checkpointing=true"
     if phase.name == "old log-prob" and not lay.entropy_chunk and not lay.compiled_entropy:
         return f"set {ACTOR}.entropy_from_logits_with_chunking=true (the entropy in chunks of 2048 tokens)"
-    if phase.name == "actor update" and lay.entropy_in_update and not lay.entropy_checkpointing:
-        return f"set {ACTOR}.entropy_checkpointing=true"
+    if phase.name == "actor update" and lay.entropy_in_update and lay.remove_padding and (
+            not lay.compiled_entropy or lay.entropy_chunk):
+        # checkpointing the entropy does not lower its backward's peak; the compiled entropy keeps no
+        # [tokens, vocab] tensor of its own but its gradient
+        return (f"set {ACTOR}.fsdp_config.use_torch_compile=true and "
+                f"{ACTOR}.fsdp_config.entropy_from_logits_with_chunking=false (the compiled entropy: one "
+                "[tokens, vocab] gradient instead of the softmax and logsumexp's backward)")
     states = sum(t.bytes for t in phase.terms if not t.per_token)
     if states >= plan.gpu_bytes:
         return (f"more GPUs or {ACTOR}.strategy=fsdp2 with {ACTOR}.fsdp_config.offload_policy=true: the model states "
