@@ -149,13 +149,14 @@ def test_failed_groups_are_counted_and_dropped_and_stale_groups_are_freed(transf
     batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
     assert metrics["dynamic_sampling/failed_groups"] == 4  # 12 submitted, every third failed
     assert len(batch.keys) == BATCH * N
+    # 8 qualified, 3 trained: max_staleness=0 (the paper's discard) drops the other 5 as the step closes, and their
+    # trajectories leave the store with them: nothing but the batch is left.
+    assert metrics["dynamic_sampling/dropped_stale_groups"] == 5 and metrics["dynamic_sampling/carried_out_groups"] == 0
     tq.kv_clear(keys=batch.keys, partition_id="train")
-    surplus = set(tq.kv_list("train")["train"])
-    assert surplus  # 8 qualified, 3 trained: 5 groups pooled
+    assert not set(tq.kv_list("train").get("train", {}))
     rollouts.step = 2
     batch, metrics = buffer.sample(global_steps=2, partition_id="train", batch_size=BATCH)
-    assert metrics["dynamic_sampling/dropped_stale_groups"] == 5  # max_staleness=0: the paper's discard
-    assert not surplus & set(tq.kv_list("train")["train"])  # and their trajectories left the store
+    assert metrics["dynamic_sampling/carried_in_groups"] == 0 and len(batch.keys) == BATCH * N
 
 
 def test_checkpoint_round_trip_puts_the_pooled_trajectories_back(transfer_queue):

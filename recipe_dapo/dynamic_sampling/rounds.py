@@ -40,8 +40,8 @@ A streaming step's trainer (verl's v1) cannot skip an update, so a step whose bu
 groups pooled but fewer than a mini-batch (``groups_multiple_of``) gets the budget once more
 (``DynamicSampler.extend_budget``, counted in ``dynamic_sampling/budget_extensions``); if it is still short, it stops
 with :class:`DynamicSamplingExhausted` saying how many groups qualified and the mini-batch they fell short of. (The
-classic trainer skips such a step's update instead, and the pooled groups train in a later step: a step without an
-update ages no group.)
+classic trainer skips such a step's update instead, and the pooled groups train in a later step, within
+``max_staleness`` steps of the step that generated them.)
 
 Both loops use the same sampler, sizing, budget, pool and metrics.
 """

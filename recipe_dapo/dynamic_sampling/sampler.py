@@ -13,9 +13,13 @@ Which groups qualify is the configured keep rule (``keep_rules``). With ``skip.e
 per-prompt history of group outcomes (``skipping.PromptSkipper``) and ``take_prompts`` leaves out prompts whose
 recent groups predict that the next will not qualify, drawing the next prompts in their place.
 
-Surplus qualifying groups stay pooled for later steps, at most ``max_staleness`` policy updates old: the age of a
-group counts the steps that trained a batch since it was generated, so a step that trained nothing (fewer
-qualifying groups than a mini-batch) ages no group, and what it pooled trains in a later step. The payload is never modified, so tensors such as
+Surplus qualifying groups stay pooled for later steps, and ``max_staleness`` is a hard bound: a group generated in
+step ``s`` trains in step ``s + max_staleness`` at the latest, whatever happened in between (a partial step, a step
+that trained nothing because fewer groups than a mini-batch qualified, a restore from a checkpoint). What can no longer
+train within the bound leaves the pool when the step that makes it so closes, so the pool metrics
+(``carried_out_groups``) count only groups that can still train; it is counted in ``dropped_stale_groups`` and said
+once (a warning, then DEBUG). ``max_staleness=0`` is the paper's discard: every step trains only what it generated.
+The payload is never modified, so tensors such as
 ``rollout_log_probs`` stay available for verl's rollout-correction options. When the step's
 ``max_num_gen_batches`` budget runs out before the batch is full, ``take_training_batch`` applies
 ``on_exhausted``: ``train_partial`` returns the groups collected (warned once, counted), ``raise`` raises
@@ -45,8 +49,9 @@ SKIP_METRIC_PREFIX = METRIC_PREFIX + "skip/"
 # The step metrics the console and the run report read (every one is in ``_step_metrics``; a test checks it).
 KEEP_RATE, NUM_GEN_ROUNDS, GENERATED_TOKENS = (METRIC_PREFIX + name for name in ("keep_rate", "num_gen_rounds",
                                                                                 "generated_tokens"))
-STATE_VERSION = 3
-READABLE_STATE_VERSIONS = (1, 2, 3)  # 1: before prompt skipping (no skipper state); 2: ages counted in steps
+STATE_VERSION = 4
+# 1: before prompt skipping (no skipper state); 3: a policy version saved beside the steps (ignored: ages count steps)
+READABLE_STATE_VERSIONS = (1, 2, 3, 4)
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -109,8 +114,8 @@ class DynamicSampler:
         self._tally = _StepTally()
         self._open_step: Optional[int] = None
         self._last_step: Optional[int] = None
-        self._version = 0  # policy updates so far: steps whose batch held at least one group
         self._warned_partial = False
+        self._warned_stale = False
         self._dropped_group_ids: list = []
 
     # ---------------------------------------------------------------- queries
@@ -129,6 +134,10 @@ class DynamicSampler:
     def pooled_groups(self) -> int:
         """Qualifying groups waiting to be trained on (carried over plus this step's rounds)."""
         return self._pool.num_groups
+
+    def pooled_group_ids(self) -> np.ndarray:
+        """Ids of the pooled groups, oldest first."""
+        return self._pool.group_ids()
 
     def is_full(self) -> bool:
         """True when the pool holds at least ``train_batch_size`` groups."""
@@ -246,14 +255,9 @@ class DynamicSampler:
         if self.skipper is not None:
             self.skipper.begin_step()
         self._keep_rate.start_step(self.config.keep_rate_decay)
-        dropped_ids = self._pool.drop_older_than(self._version - self.config.max_staleness)
-        self._dropped_group_ids.append(dropped_ids)
-        dropped = int(dropped_ids.shape[0])
-        self._tally.dropped_stale_groups = dropped
-        self._totals.dropped_stale_groups += dropped
-        if dropped:
-            logger.info("step %d: dropped %d groups older than max_staleness=%d policy updates", step, dropped,
-                        self.config.max_staleness)
+        # Nothing is this old in a run that went step by step (the step that made it so dropped it), but a pool
+        # restored from a checkpoint written by an older version, or steps that jump, may hold such groups.
+        self._drop_stale(born_before=step - self.config.max_staleness)
 
     def add_round(
         self,
@@ -299,8 +303,7 @@ class DynamicSampler:
         else:
             kept_payload = None
         if kept_payload is not None:
-            self._pool.add(kept_payload, stats.group_ids[stats.keep], kept_offsets, born_step=self._open_step,
-                           born_version=self._version)
+            self._pool.add(kept_payload, stats.group_ids[stats.keep], kept_offsets, born_step=self._open_step)
 
         tally = self._tally
         if counts_as_round:
@@ -363,8 +366,9 @@ class DynamicSampler:
         else:
             batch = self._ops.concat(taken.pieces)
         self._totals.trained_groups += int(taken.group_ids.shape[0])
-        if taken.group_ids.shape[0]:
-            self._version += 1  # the policy is updated with this batch; a step without one ages no pooled group
+        # What the next step could not train within max_staleness leaves now, so that the pool carried out (and a
+        # checkpoint of it) holds only groups that can still train.
+        self._drop_stale(born_before=step + 1 - self.config.max_staleness)
 
         metrics = self._step_metrics(step, taken.born_steps, partial)
         if self.skipper is not None:
@@ -386,7 +390,6 @@ class DynamicSampler:
             "tally": asdict(self._tally),
             "open_step": self._open_step,
             "last_step": self._last_step,
-            "policy_version": self._version,
             "skipper": self.skipper.state_dict() if self.skipper is not None else None,
         }
 
@@ -402,8 +405,6 @@ class DynamicSampler:
         self._tally = _StepTally(**state["tally"])
         self._open_step = state["open_step"]
         self._last_step = state["last_step"]
-        # Before version 3 every step counted as an update: the version was the last step.
-        self._version = int(state.get("policy_version", self._last_step or 0))
         skipper_state = state.get("skipper")
         if self.skipper is not None and skipper_state is not None:
             self.skipper.load_state_dict(skipper_state)
@@ -428,6 +429,30 @@ class DynamicSampler:
                 f"group ids {reused[:3].tolist()} of this round are already pooled from an earlier round; "
                 "give every prompt instance a fresh uid (verl's trainer uses uuid4)"
             )
+
+    def _drop_stale(self, born_before: int) -> None:
+        """Drop the pooled groups generated before step ``born_before`` (counted in the open step's
+        ``dropped_stale_groups`` and the run's; the first drop of the run is a warning, the rest DEBUG)."""
+        dropped_ids = self._pool.drop_born_before(born_before)
+        dropped = int(dropped_ids.shape[0])
+        if not dropped:
+            return
+        self._dropped_group_ids.append(dropped_ids)
+        self._tally.dropped_stale_groups += dropped
+        self._totals.dropped_stale_groups += dropped
+        staleness = self.config.max_staleness
+        if self._warned_stale:
+            logger.debug("step %d: dropped %d qualifying groups that cannot train within max_staleness=%d steps",
+                         self._open_step, dropped, staleness)
+            return
+        self._warned_stale = True
+        logger.warning(
+            "step %d: dropped %d qualifying groups that cannot train within %s.max_staleness=%d steps of the step "
+            "that generated them%s (counted in %sdropped_stale_groups; warned once)",
+            self._open_step, dropped, NAMESPACE, staleness,
+            " (0: the paper's discard, every step trains only what it generated)" if staleness == 0 else "",
+            METRIC_PREFIX,
+        )
 
     def _stalled(self) -> None:
         tally = self._tally
