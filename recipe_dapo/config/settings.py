@@ -35,6 +35,11 @@ class HealthSettings:
     """Stop the run after this many steps in a row whose update verl skipped for a non-finite gradient norm (it prints
     ``grad_norm is not finite`` and zeroes the gradient); every skipped step is counted in
     ``training/skipped_updates`` and shown on its console line. 0: never stop."""
+    max_steps_all_wrong: int = 2
+    """Stop the run after this many steps in a row in which not one response scored (every round, before filtering)
+    was right, each wrong or without an answer: the policy has stopped producing anything the reward scores (a
+    checkpoint that loaded as NaN, a diverged update, ground truths the reward cannot read), and nothing qualifies to
+    train on. A non-finite ``actor/entropy`` stops the run at once. 0: never stop on wrong answers."""
     max_reward_failure_ratio: float = 0.5
     """Stop the run when more than this share of the last ``reward_failure_window`` samples a reward worker scored
     failed (a time-out, an exception, a score that is not finite in float32, a malformed ground truth: each such sample

@@ -457,6 +457,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 self.train_dataset.on_batch_end(batch=batch)
             self.recipe.count_trained_tokens(metrics, batch.batch["response_mask"].sum())  # after the overlong filter
         self.tracker.log(data=metrics, step=self.global_steps)
+        self.recipe.observe_step(metrics, self.global_steps)  # a policy producing nothing scoreable stops the run
         if self.stopped_by:
             self.tracker.finish(exit_code=1, outcome=stopped_outcome(self.stopped_by, f"after step {self.global_steps}"))
         elif self.global_steps >= self.total_training_steps:

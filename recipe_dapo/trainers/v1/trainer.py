@@ -76,6 +76,7 @@ class _DAPOOnV1(HoldsRecipeRun):
         self.recipe.give_up.disarm()
         result = self._update_actor_filtered(batch, metrics)
         self.recipe.observe_update(metrics, self.global_steps)
+        self.recipe.observe_step(metrics, self.global_steps)  # the step's rewards and entropy are in by now
         return result
 
     def _update_actor_filtered(self, batch, metrics: dict):
