@@ -323,3 +323,47 @@ def test_a_run_killed_without_cleanup_leaves_no_lock_behind(tmp_path):
     first.wait(timeout=30)
     assert os.path.exists(tmp_path / ".dapo_run.lock")  # the file stays, the lock does not
     RunLock(str(tmp_path)).acquire().release()
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from recipe_dapo.trainers.run_lock import hold_as_writer
+    hold_as_writer(sys.argv[1])  # a worker of a run whose driver is gone, still writing its shard
+    print("writing", flush=True)
+    time.sleep(float(sys.argv[2]))
+""")
+
+
+def test_a_new_driver_waits_until_the_workers_of_a_killed_run_stop_writing(tmp_path, capsys):
+    """The first run's driver is gone (its lock with it) but one of its workers writes on for 2 s: the new driver's
+    lock covers the folder only once that worker has ended."""
+    from recipe_dapo.preflight.checkpoints import hold_run_folder
+
+    worker = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "2"], stdout=subprocess.PIPE, text=True)
+    assert worker.stdout.readline().strip() == "writing"
+    config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
+    lock = hold_run_folder(config)
+    try:
+        assert worker.poll() is not None, "the new run's lock was taken while the old worker still wrote"
+        assert f"waiting for the processes of an earlier run to stop writing into {tmp_path}" in capsys.readouterr().out
+    finally:
+        lock.release()
+        worker.wait(timeout=30)
+    lock = hold_run_folder(config)  # positive control: nothing writing, no wait
+    lock.release()
+    assert "waiting" not in capsys.readouterr().out
+
+
+def test_workers_that_never_stop_writing_are_refused_after_the_wait(tmp_path):
+    from recipe_dapo.trainers.run_lock import FolderInUse, wait_for_writers
+
+    worker = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline().strip() == "writing"
+        with pytest.raises(FolderInUse, match=rf"trainer.default_local_dir={tmp_path}: processes of an earlier run .* "
+                                              r"still write into it after 1 s"):
+            wait_for_writers(str(tmp_path), wait_s=1.0)
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
+    assert wait_for_writers(str(tmp_path), wait_s=1.0) < 1.0

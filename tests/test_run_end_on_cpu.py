@@ -76,6 +76,12 @@ class StandInTaskRunner:
     def pid(self) -> int:
         return os.getpid()
 
+    def hold_the_folder(self, config, workers) -> None:
+        """What both trainers do once verl's workers exist: this process and each actor worker hold the writers' lock."""
+        from recipe_dapo.trainers.recipe_run import RecipeRun
+
+        RecipeRun(config).hold_folder_as_writers(workers)
+
     def run(self, what: str, config=None) -> str:
         with TrainerEnd() as end:
             if what == "train_forever":
@@ -235,6 +241,30 @@ def test_an_error_from_another_worker_that_the_trainer_summarised_gets_no_second
     assert trainer_printed_summary(raised.value)
     assert "before the trainer printed a summary" not in capsys.readouterr().out
     ray.kill(runner)
+
+
+def test_the_run_lock_covers_the_folder_until_the_trainer_and_its_workers_have_ended(local_ray, tmp_path):
+    """The driver is gone; its trainer and an actor worker live on (as they do for seconds after a kill): a new driver
+    cannot take the folder until both have ended."""
+    from conftest import compose_recipe_config
+    from recipe_dapo.trainers.run_lock import FolderInUse, wait_for_writers
+
+    ray = local_ray
+    folder = tmp_path / "checkpoints"
+    config = compose_recipe_config([f"trainer.default_local_dir={folder}"])
+    trainer = ray.remote(num_cpus=0)(StandInTaskRunner).remote()
+    worker = ray.remote(num_cpus=0)(StandInRewardWorker).remote()
+    ray.get(trainer.hold_the_folder.remote(config, [worker]))
+    for actor in (trainer, worker):
+        with pytest.raises(FolderInUse, match="processes of an earlier run"):
+            wait_for_writers(str(folder), wait_s=0.5)
+        pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+        ray.kill(actor)
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/{pid}"):  # ray.kill returns before the process is gone
+            assert time.monotonic() < deadline, f"pid {pid} outlived ray.kill"
+            time.sleep(0.1)
+    assert wait_for_writers(str(folder), wait_s=0.5) < 0.5  # the trainer's end alone did not free it: the worker's did
 
 
 def test_a_signal_or_a_refusal_is_left_to_what_reports_it():

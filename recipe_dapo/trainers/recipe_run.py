@@ -22,6 +22,7 @@ No Ray, verl trainer or vLLM import at module level: the adapters bring those.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
@@ -78,6 +79,21 @@ class RecipeRun:
     def observe_update(self, metrics: dict, step: int) -> None:
         """After an actor update: a skipped (non-finite) update is counted, or stops the run (``UpdateGuard``)."""
         self.update_guard.observe(metrics, step)
+
+    def hold_folder_as_writers(self, workers: list) -> None:
+        """This process and each of ``workers`` (Ray actor handles: verl's actor workers, which write the model and
+        optimizer shards) hold the writers' lock of ``trainer.default_local_dir`` for their lifetime, so a new run's
+        driver waits for them to end (``run_lock.wait_for_writers``)."""
+        import ray
+
+        from recipe_dapo.trainers.run_lock import hold_as_writer
+
+        folder = self.config.trainer.get("default_local_dir")
+        if not folder:
+            return
+        folder = os.path.abspath(str(folder))
+        hold_as_writer(folder)
+        ray.get([worker.__ray_call__.remote(lambda self, path: hold_as_writer(path), folder) for worker in workers])
 
     def observe_step(self, metrics: dict, step: int) -> None:
         """After a step's metrics are complete: a policy that produces nothing scoreable stops the run

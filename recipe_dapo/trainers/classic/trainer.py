@@ -88,6 +88,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self.replicas = RolloutReplicas(self.checkpoint_manager)
         # Which Ray node holds each actor rank and replica: one line, what a multi-node launch checks first.
         log_placement(self.actor_rollout_wg.workers, self.checkpoint_manager.replicas)
+        self.recipe.hold_folder_as_writers(self.actor_rollout_wg.workers)  # a new run waits for them to end
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
         """The base counts steps in dataloader batches; DAPO counts optimizer steps of train_batch_size prompts.

@@ -48,7 +48,8 @@ class _DAPOOnV1(HoldsRecipeRun):
     trainers share is its ``recipe`` (``trainers.recipe_run.RecipeRun``)."""
 
     def __init__(self, config):
-        super().__init__(config)
+        super().__init__(config)  # verl's workers are built here
+        self.recipe.hold_folder_as_writers(self.actor_rollout_wg.workers)  # a new run waits for them to end
         if not isinstance(self.replay_buffer, DAPOReplayBuffer):
             raise TypeError(
                 f"trainer.v1.sampler.custom_sampler gave {type(self.replay_buffer).__name__}; the recipe's v1 trainer "
