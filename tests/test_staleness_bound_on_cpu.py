@@ -2,15 +2,17 @@
 
 Random batch sizes, prompt granularity, mini-batch sizes (``groups_multiple_of``), budgets, exhaustion policies, keep
 rates and checkpoint restores, through both step loops (``collect_step``: the classic trainer's rounds;
-``collect_streaming_step`` with draining: verl v1's synchronous trainer). Every group's birth step is known to the
-source, so each check is against ground truth, not against the sampler's own bookkeeping:
+``collect_streaming_step`` with draining: verl v1's synchronous trainer; without: its async mode, where a group
+submitted in one step may finish in a later one). Every group's birth step (the step its prompt was submitted in) is
+known to the source, so each check is against ground truth, not against the sampler's own bookkeeping:
 
 - every trained group was generated at most ``max_staleness`` steps before the step that trains it;
 - the pool a step carries out (``carried_out_groups``) is the pool, and every group in it can still train;
 - ``trained_groups``, ``carried_in_groups`` and ``dropped_stale_groups`` count what happened, and over the run
   qualifying = trained + pooled + dropped.
 
-The positive control runs the same checks on a sampler whose drops are switched off and finds the violation.
+The positive controls run the same checks on a sampler whose drops are switched off, and on one that ages a streamed
+group from its arrival instead of its submission, and find the violations.
 """
 
 from __future__ import annotations
@@ -52,14 +54,17 @@ class Births:
         self.step_of: dict[str, int] = {}
         self.serial = itertools.count()
 
-    def scored(self, count: int, step: int) -> ScoredRound:
+    def scored(self, count: int, step: int, submitted: list | None = None) -> ScoredRound:
+        """``count`` groups generated in ``step``, or submitted in the steps ``submitted`` (a streaming source)."""
         uids = [f"g{next(self.serial)}" for _ in range(count)]
-        for uid in uids:
-            self.step_of[uid] = step
+        born = submitted if submitted is not None else [step] * count
+        for uid, birth in zip(uids, born):
+            self.step_of[uid] = birth
         qualifies = self.rng.random(count) < self.keep
         acc = np.concatenate([[1.0, 0.0] if q else [float(self.rng.random() < 0.5)] * N for q in qualifies])
         rows = np.repeat(np.array(uids, dtype=object), N)
-        return ScoredRound(rollouts=rows, group_ids=rows.copy(), metric_values=acc, generated_tokens=len(rows))
+        return ScoredRound(rollouts=rows, group_ids=rows.copy(), metric_values=acc, generated_tokens=len(rows),
+                           born_steps=None if submitted is None else np.repeat(np.array(born), N))
 
 
 class Stream:
@@ -67,22 +72,22 @@ class Stream:
 
     def __init__(self, births: Births, max_polls: int):
         self.births, self.max_polls = births, max_polls
-        self.pending: list[list] = []  # [polls left, uid-less count]
+        self.pending: list[list] = []  # [polls left, step submitted in]
         self.step = 0
         self.submitted = self.returned = 0
 
     def submit(self, prompts: int) -> None:
         for _ in range(prompts):
-            self.pending.append([int(self.births.rng.integers(1, self.max_polls + 1))])
+            self.pending.append([int(self.births.rng.integers(1, self.max_polls + 1)), self.step])
         self.submitted += prompts
 
     def poll(self):
-        done = sum(1 for p in self.pending if p[0] <= 1)
-        self.pending = [[p[0] - 1] for p in self.pending if p[0] > 1]
+        done = [p[1] for p in self.pending if p[0] <= 1]
+        self.pending = [[p[0] - 1, p[1]] for p in self.pending if p[0] > 1]
         if not done:
             return None
-        self.returned += done
-        return self.births.scored(done, self.step)
+        self.returned += len(done)
+        return self.births.scored(len(done), self.step, submitted=done)
 
     def release(self, group_ids) -> None:
         pass
@@ -103,7 +108,7 @@ def random_scenario(seed: int) -> dict:
         granularity = 1
     return dict(
         rng=rng,
-        loop=str(rng.choice(["rounds", "streaming"])),
+        loop=str(rng.choice(["rounds", "streaming", "async"])),
         staleness=staleness,
         granularity=granularity,
         train=train,
@@ -148,7 +153,8 @@ def run_and_check(s: dict, sampler_class=DynamicSampler) -> dict:
                 collected = collect_step(sampler, prompts, lambda p, step=step: births.scored(len(p), step), step,
                                          groups_multiple_of=s["mini"])
             else:
-                collected = collect_streaming_step(sampler, stream, step, groups_multiple_of=s["mini"], drain=True)
+                collected = collect_streaming_step(sampler, stream, step, groups_multiple_of=s["mini"],
+                                                   drain=s["loop"] == "streaming")
         except DynamicSamplingExhausted:
             break  # the run stops (on_exhausted=raise, or a v1 step short of a mini-batch): nothing trains
         metrics = collected.metrics
@@ -192,7 +198,7 @@ def test_the_scenarios_cover_drops_restores_partial_steps_and_both_loops():
         seen["loops"].add(s["loop"])
         seen["staleness"].add(s["staleness"])
     assert seen["dropped"] >= 30 and seen["partial"] >= 30 and seen["restores"] >= 100, seen
-    assert seen["loops"] == {"rounds", "streaming"} and seen["staleness"] == {0, 1, 2}
+    assert seen["loops"] == {"rounds", "streaming", "async"} and seen["staleness"] == {0, 1, 2}
 
 
 class NeverDrops(DynamicSampler):
@@ -211,6 +217,26 @@ def test_the_checks_catch_a_sampler_that_keeps_stale_groups():
         except BoundViolated:
             caught += 1
     assert caught >= 30, caught
+
+
+class AgesFromArrival(DynamicSampler):
+    """A sampler that ages a streamed group from the step it arrived in (the positive control for async streams)."""
+
+    def _group_born_steps(self, born_steps, stats, num_rows):
+        return None
+
+
+def test_the_checks_catch_a_sampler_that_ages_streamed_groups_from_their_arrival():
+    caught = 0
+    for seed in range(300):
+        scenario = random_scenario(seed)
+        if scenario["loop"] != "async":
+            continue
+        try:
+            run_and_check(scenario, AgesFromArrival)
+        except BoundViolated:
+            caught += 1
+    assert caught >= 10, caught
 
 
 def test_the_first_drop_is_a_warning_naming_the_bound_and_later_ones_are_not(caplog):

@@ -75,6 +75,8 @@ class ScoredRound:
     metric_values     the filter metric per row (``algorithm.filter_groups.metric``)
     generated_tokens  response tokens generated this round, kept or not (the cost side of dynamic sampling)
     columns           per-row arrays to report on everything scored, before filtering (verl: reward extra info)
+    born_steps        per-row training step the prompt was submitted in (None: this step; a streaming source whose
+                      groups finish in a later step passes it, so their age counts from their submission)
     """
 
     rollouts: Any
@@ -82,6 +84,7 @@ class ScoredRound:
     metric_values: Any
     generated_tokens: int = 0
     columns: dict = field(default_factory=dict)
+    born_steps: Any = None
 
 
 RoundSource = Callable[[Any], ScoredRound]
@@ -260,6 +263,7 @@ def _pool_scored(sampler: DynamicSampler, scored: ScoredRound, columns: list[dic
         metric_values=scored.metric_values,
         generated_tokens=scored.generated_tokens,
         counts_as_round=counts_as_round,
+        born_steps=scored.born_steps,
     )
     columns.append(scored.columns)
     return stats

@@ -266,6 +266,7 @@ class DynamicSampler:
         metric_values: Any,
         generated_tokens: int = 0,
         counts_as_round: bool = True,
+        born_steps: Any = None,
     ) -> GroupStats:
         """Filter one round of rollouts and pool its qualifying groups (whole, contiguous, in order).
 
@@ -276,7 +277,10 @@ class DynamicSampler:
         A streaming source passes the groups that finished since its last poll with ``counts_as_round=False``
         (its rounds are counted by :meth:`record_dispatch`); it stalls after ``max_empty_rounds`` rounds' worth of
         groups in a row that did not qualify, a round being what a round source would send for a whole batch at
-        the current keep-rate estimate.
+        the current keep-rate estimate. ``born_steps`` (one per row; None: the open step) is the training step
+        each group's prompt was submitted in, for a streaming source whose groups may finish steps later (verl v1's
+        async mode): a group's age counts from it, and one that can no longer train within ``max_staleness`` is
+        dropped as it arrives (counted).
         """
         self._require_open_step("add_round")
         num_rows = self._ops.length(rollouts)
@@ -295,15 +299,13 @@ class DynamicSampler:
             keys = _group_prompt_keys(self._ops.prompt_keys(rollouts), stats)
             self.skipper.record(keys, right=stats.success_rate * stats.sizes, sizes=stats.sizes, qualified=stats.keep)
 
-        kept_rows, kept_offsets = stats.rows_of(stats.keep)
-        if kept_rows.shape[0] == num_rows and np.array_equal(kept_rows, np.arange(num_rows)):
-            kept_payload = rollouts  # every row kept, already grouped: no copy
-        elif kept_rows.shape[0]:
-            kept_payload = self._ops.select(rollouts, kept_rows)
-        else:
-            kept_payload = None
-        if kept_payload is not None:
-            self._pool.add(kept_payload, stats.group_ids[stats.keep], kept_offsets, born_step=self._open_step)
+        group_born = self._group_born_steps(born_steps, stats, num_rows)
+        if group_born is None:
+            self._pool_kept(rollouts, stats, stats.keep, self._open_step, num_rows)
+        else:  # one segment per birth step, oldest first; what is already too old to train is dropped
+            for born in np.unique(group_born[stats.keep]):
+                self._pool_kept(rollouts, stats, stats.keep & (group_born == born), int(born), num_rows)
+            self._drop_stale(born_before=self._open_step - self.config.max_staleness)
 
         tally = self._tally
         if counts_as_round:
@@ -334,6 +336,28 @@ class DynamicSampler:
         ):
             self._stalled()
         return stats
+
+    def _pool_kept(self, rollouts: Any, stats: GroupStats, selected: np.ndarray, born_step: int, num_rows: int) -> None:
+        rows, offsets = stats.rows_of(selected)
+        if not rows.shape[0]:
+            return
+        if rows.shape[0] == num_rows and np.array_equal(rows, np.arange(num_rows)):
+            payload = rollouts  # every row kept, already grouped: no copy
+        else:
+            payload = self._ops.select(rollouts, rows)
+        self._pool.add(payload, stats.group_ids[selected], offsets, born_step=born_step)
+
+    def _group_born_steps(self, born_steps: Any, stats: GroupStats, num_rows: int) -> Optional[np.ndarray]:
+        """Each group's birth step from per-row ``born_steps`` (None when absent or all the open step)."""
+        if born_steps is None:
+            return None
+        born_steps = np.asarray(born_steps, dtype=np.int64)
+        if born_steps.shape[0] != num_rows:
+            raise ValueError(f"the round has {num_rows} trajectories but {born_steps.shape[0]} birth steps")
+        group_born = born_steps[stats.order[stats.offsets[:-1]]]
+        if np.any(group_born > self._open_step):
+            raise ValueError(f"step {self._open_step}: a group's birth step {int(group_born.max())} is in the future")
+        return None if np.all(group_born == self._open_step) else group_born
 
     def take_training_batch(self, groups_multiple_of: int = 1) -> tuple[Any, dict[str, float]]:
         """Close the step: the training batch (oldest groups first) and the step's metrics.
