@@ -122,6 +122,7 @@ def collect_step(
         _pool_scored(sampler, scored, columns, counts_as_round=True)
         rounds += 1
     batch, metrics = sampler.take_training_batch(groups_multiple_of=groups_multiple_of)
+    sampler.take_dropped_group_ids()  # a round source keeps nothing outside the pool: nothing to free, nothing to keep
     return CollectedStep(batch=batch, metrics=metrics, rounds=rounds, scored_columns=_concat_columns(columns))
 
 
