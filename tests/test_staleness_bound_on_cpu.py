@@ -247,3 +247,16 @@ def test_the_first_drop_is_a_warning_naming_the_bound_and_later_ones_are_not(cap
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert counters["dropped_stale_groups"] >= 2
     assert len(warnings) == 1 and "max_staleness=0" in warnings[0] and "dropped_stale_groups" in warnings[0]
+
+
+def test_the_round_loop_keeps_no_ids_of_the_groups_it_dropped():
+    """Only a streaming source frees storage by a dropped group's id; the round loop lets them go at once (over a long
+    run at max_staleness=0 they would otherwise pile up, one per dropped group)."""
+    s = dict(random_scenario(0), staleness=0, train=2, gen=4, granularity=1, mini=1, budget=0, keep=0.9,
+             on_exhausted="train_partial", sizing="whole", restore_every=0, loop="rounds", steps=1)
+    sampler = make_sampler(s)
+    births = Births(s["rng"], s["keep"])
+    prompts = PromptStream(lambda epoch: (np.arange(i, i + 4) for i in itertools.count(0, 4)))
+    collected = collect_step(sampler, prompts, lambda p: births.scored(len(p), 1), 1)
+    assert collected.metrics[P + "dropped_stale_groups"] >= 1  # (positive control: something was dropped)
+    assert sampler.take_dropped_group_ids().shape[0] == 0
