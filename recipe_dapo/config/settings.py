@@ -39,7 +39,9 @@ class HealthSettings:
     """Stop the run after this many steps in a row in which not one response scored (every round, before filtering)
     was right, each wrong or without an answer: the policy has stopped producing anything the reward scores (a
     checkpoint that loaded as NaN, a diverged update, ground truths the reward cannot read), and nothing qualifies to
-    train on. A non-finite ``actor/entropy`` stops the run at once. 0: never stop on wrong answers."""
+    train on ("right": ``reward/acc_mean``, which for a user's reward function is its ``acc``, else ``score > 0``; a
+    function whose scores are never positive needs 0 here). A non-finite ``actor/entropy`` stops the run at once. 0:
+    never stop on wrong answers."""
     max_reward_failure_ratio: float = 0.5
     """Stop the run when more than this share of the last ``reward_failure_window`` samples a reward worker scored
     failed (a time-out, an exception, a score that is not finite in float32, a malformed ground truth: each such sample
