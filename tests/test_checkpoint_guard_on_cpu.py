@@ -367,3 +367,13 @@ def test_workers_that_never_stop_writing_are_refused_after_the_wait(tmp_path):
         worker.kill()
         worker.wait(timeout=30)
     assert wait_for_writers(str(tmp_path), wait_s=1.0) < 1.0
+
+
+def test_a_writer_that_cannot_take_the_lock_warns_and_goes_on(tmp_path, caplog):
+    from recipe_dapo.trainers.run_lock import hold_as_writer
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with caplog.at_level("WARNING", logger="recipe_dapo.trainers.run_lock"):
+        hold_as_writer(str(blocker / "checkpoints"))  # the folder cannot be made: no lock, no failure
+    assert "cannot hold the writers' lock in" in caplog.text

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
@@ -90,9 +91,14 @@ def hold_as_writer(folder: str) -> None:
     folder = os.path.abspath(str(folder))
     if folder in _writer_fds:
         return
-    os.makedirs(folder, exist_ok=True)
-    fd = os.open(os.path.join(folder, WRITERS_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.lockf(fd, fcntl.LOCK_SH)  # blocks only while a new driver checks (an instant)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(os.path.join(folder, WRITERS_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.lockf(fd, fcntl.LOCK_SH)  # blocks only while a new driver checks (an instant)
+    except OSError as error:  # a file system without locks: the run goes on, as unguarded as before
+        logging.getLogger(__name__).warning("cannot hold the writers' lock in %s (%s): a new run will not wait for "
+                                            "this process", folder, error)
+        return
     _writer_fds[folder] = fd
 
 
