@@ -45,6 +45,7 @@ WORK_DIR=${WORK_DIR:-$ROOT/runs/dapo_cpu}
 absolute() { if [[ -n "$1" && "$1" != /* && "$1" != "["* ]]; then printf '%s/%s' "$PWD" "$1"; else printf '%s' "$1"; fi; }
 local_absolute() { if [[ -e "$1" ]]; then absolute "$1"; else printf '%s' "$1"; fi; }
 WORK_DIR=$(absolute "$WORK_DIR")
+if [[ "$PYTHON" == */* ]]; then PYTHON=$(absolute "$PYTHON"); fi  # PYTHON=.venv/bin/python as typed; a bare name stays
 if [[ -n "${TRAIN_FILE:-}" ]]; then TRAIN_FILE=$(absolute "$TRAIN_FILE"); fi
 if [[ -n "${VAL_FILE:-}" ]]; then VAL_FILE=$(absolute "$VAL_FILE"); fi
 if [[ -n "${MODEL_PATH:-}" ]]; then MODEL_PATH=$(local_absolute "$MODEL_PATH"); fi

@@ -180,6 +180,69 @@ def test_without_an_earlier_complete_checkpoint_the_message_says_start_afresh(tm
                      "empty; there is no earlier complete checkpoint: start afresh with trainer.resume_mode=disable"]
 
 
+def write_inside_a_tensor(path: str, garbage: bytes) -> str:
+    """Overwrite bytes in the middle of the file's largest tensor record, the zip index left intact; the record."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        record = max((info for info in archive.infolist() if "/data/" in info.filename), key=lambda i: i.file_size)
+    with open(path, "r+b") as stream:
+        stream.seek(record.header_offset + 26)
+        name_length, extra_length = (int.from_bytes(stream.read(2), "little") for _ in range(2))
+        stream.seek(record.header_offset + 30 + name_length + extra_length + record.file_size // 4)
+        stream.write(garbage)
+    return record.filename
+
+
+def test_garbage_inside_a_tensor_with_the_index_intact_is_named_by_its_record_before_anything_loads(tmp_path):
+    """4 KiB of garbage inside the optimizer's tensor: torch loads the file without a word, as NaN; the start-up check
+    reads every record against its CRC and names the file, the record and the previous complete checkpoint."""
+    config = config_for(tmp_path)
+    previous = save_checkpoint(config, 5, weights=8192)
+    latest = save_checkpoint(config, 10, weights=8192)
+    assert problems(config) == []  # positive control: the same files, undamaged
+    optim = os.path.join(latest, "actor", "optim_world_size_1_rank_0.pt")
+    record = write_inside_a_tensor(optim, b"\xff" * 4096)
+    loaded = torch.load(optim, weights_only=False)["w"]  # what verl's resume would have trained on
+    assert int(torch.isnan(loaded).sum()) == 1024
+    found = problems(config)
+    assert len(found) == 1
+    assert found[0].startswith(f"the checkpoint to resume from, {latest}, is damaged: actor/optim_world_size_1_rank_0.pt "
+                               f"is corrupt: record {record} fails its CRC-32")
+    assert f"the previous complete checkpoint is {previous}" in found[0]
+    # With the knob off only the indexes are read: the damage goes through (what the check above adds).
+    assert problems(config_for(tmp_path, "dapo.resume.verify_records=false")) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_weights_saved_with_nan_or_inf_are_refused_naming_the_record(tmp_path, dtype):
+    """A state saved after the run diverged: its CRCs are right, its numbers are not."""
+    config = config_for(tmp_path)
+    latest = save_checkpoint(config, 3)
+    model = os.path.join(latest, "actor", "model_world_size_1_rank_0.pt")
+    weights = torch.zeros(64, dtype=dtype)
+    torch.save({"w": weights, "b": torch.ones(4, dtype=dtype)}, model)
+    assert problems(config) == []  # finite: fine
+    weights[7], weights[9] = float("nan"), float("-inf")
+    torch.save({"w": weights, "b": torch.ones(4, dtype=dtype)}, model)
+    found = problems(config)
+    assert len(found) == 1 and "actor/model_world_size_1_rank_0.pt holds 2 non-finite values (NaN or inf) in record" in found[0]
+    assert "there is no earlier complete checkpoint" in found[0]
+
+
+def test_the_start_up_rules_refuse_a_checkpoint_with_garbage_inside_before_any_worker_starts(data, tmp_path):
+    from recipe_dapo.preflight import DAPOConfigError, check_config
+
+    overrides = small_run(data, f"trainer.default_local_dir={tmp_path}", "trainer.save_freq=1")
+    config = compose_recipe_config(overrides)
+    latest = save_checkpoint(OmegaConf.create(OmegaConf.to_container(config, resolve=True)), 2, weights=8192)
+    check_config(config)
+    write_inside_a_tensor(os.path.join(latest, "actor", "model_world_size_1_rank_0.pt"), os.urandom(4096))
+    with pytest.raises(DAPOConfigError, match=r"actor/model_world_size_1_rank_0.pt is corrupt: record \S+ fails its "
+                                              r"CRC-32"):
+        check_config(config)
+
+
 def test_loading_a_corrupt_recipe_state_names_the_file(tmp_path):
     from recipe_dapo.trainers.checkpoint_state import load_recipe_state
 
@@ -260,3 +323,57 @@ def test_a_run_killed_without_cleanup_leaves_no_lock_behind(tmp_path):
     first.wait(timeout=30)
     assert os.path.exists(tmp_path / ".dapo_run.lock")  # the file stays, the lock does not
     RunLock(str(tmp_path)).acquire().release()
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from recipe_dapo.trainers.run_lock import hold_as_writer
+    hold_as_writer(sys.argv[1])  # a worker of a run whose driver is gone, still writing its shard
+    print("writing", flush=True)
+    time.sleep(float(sys.argv[2]))
+""")
+
+
+def test_a_new_driver_waits_until_the_workers_of_a_killed_run_stop_writing(tmp_path, capsys):
+    """The first run's driver is gone (its lock with it) but one of its workers writes on for 2 s: the new driver's
+    lock covers the folder only once that worker has ended."""
+    from recipe_dapo.preflight.checkpoints import hold_run_folder
+
+    worker = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "2"], stdout=subprocess.PIPE, text=True)
+    assert worker.stdout.readline().strip() == "writing"
+    config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
+    lock = hold_run_folder(config)
+    try:
+        assert worker.poll() is not None, "the new run's lock was taken while the old worker still wrote"
+        assert f"waiting for the processes of an earlier run to stop writing into {tmp_path}" in capsys.readouterr().out
+    finally:
+        lock.release()
+        worker.wait(timeout=30)
+    lock = hold_run_folder(config)  # positive control: nothing writing, no wait
+    lock.release()
+    assert "waiting" not in capsys.readouterr().out
+
+
+def test_workers_that_never_stop_writing_are_refused_after_the_wait(tmp_path):
+    from recipe_dapo.trainers.run_lock import FolderInUse, wait_for_writers
+
+    worker = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline().strip() == "writing"
+        with pytest.raises(FolderInUse, match=rf"trainer.default_local_dir={tmp_path}: processes of an earlier run .* "
+                                              r"still write into it after 1 s"):
+            wait_for_writers(str(tmp_path), wait_s=1.0)
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
+    assert wait_for_writers(str(tmp_path), wait_s=1.0) < 1.0
+
+
+def test_a_writer_that_cannot_take_the_lock_warns_and_goes_on(tmp_path, caplog):
+    from recipe_dapo.trainers.run_lock import hold_as_writer
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with caplog.at_level("WARNING", logger="recipe_dapo.trainers.run_lock"):
+        hold_as_writer(str(blocker / "checkpoints"))  # the folder cannot be made: no lock, no failure
+    assert "cannot hold the writers' lock in" in caplog.text

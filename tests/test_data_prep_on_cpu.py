@@ -331,6 +331,56 @@ def test_a_nan_number_ground_truth_is_refused_with_its_row(tmp_path):
     assert str(path) in str(caught.value) and "ground truth is NaN" in str(caught.value)
 
 
+@pytest.mark.parametrize("ground_truth, problem", [
+    ({"answer": "42", "unit": "cm"}, "ground truth is a dict ({'answer': '42', 'unit': 'cm'})"),
+    (True, "ground truth is a boolean (True)"),
+    ([{"answer": "1"}, {"answer": "2"}], "an item of the list: ground truth is a dict ({'answer': '1'})"),
+], ids=["dict", "boolean", "list-of-dicts"])
+def test_a_ground_truth_shape_the_reward_cannot_read_is_refused_with_its_row(tmp_path, ground_truth, problem):
+    """What the recipe's reward would score as malformed (-1) on every response, after a full start-up."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [good_rl_record("a?"), good_rl_record("b?")]
+    for record in records:
+        record["reward_model"]["ground_truth"] = ground_truth
+    path = tmp_path / "shape.parquet"
+    pq.write_table(pa.Table.from_pylist(records), path)
+    with pytest.raises(RLDataError) as caught:
+        validate_rl_parquet(path)
+    assert (caught.value.row, caught.value.field) == (0, "reward_model.ground_truth")
+    assert problem in str(caught.value) and "the reward reads a string, a number or a list of them" in str(caught.value)
+    # A user's reward function reads what it reads: only missing and empty ground truths are refused for it.
+    assert validate_rl_parquet(path, readable_shapes_only=False) == 2
+
+
+def test_the_data_rule_refuses_exactly_the_ground_truth_shapes_the_reward_cannot_read():
+    """One rule on both sides: over many shapes, a ground truth passes the data rule iff the reward's parser reads it
+    (missing values in disguise aside: the data rule refuses those too, the parser would score them)."""
+    import decimal
+    import fractions
+
+    import numpy as np
+
+    from recipe_dapo.data.validation import ground_truth_problem
+    from recipe_dapo.reward.verifier import MalformedGroundTruth, ground_truth_answers
+
+    shapes = ["42", " x+1 ", 3, 2.5, np.int64(7), np.float32(1.5), decimal.Decimal("1.5"), fractions.Fraction(1, 3),
+              ["1", 2], ("a", "b"), np.array(["1", "2"]), [["1"], "2"], "caf\u00e9".encode(), b"\xff\xfe",
+              {"answer": "1"}, True, np.bool_(False), {1, 2}, frozenset(), [True], ["1", {"a": 1}], object(),
+              None, "", [], " "]
+    passed_rule = [ground_truth_problem(shape) is None for shape in shapes]
+    readable = []
+    for shape in shapes:
+        try:
+            ground_truth_answers(shape)
+            readable.append(True)
+        except MalformedGroundTruth:
+            readable.append(False)
+    assert passed_rule == readable, [(repr(s), r, p) for s, r, p in zip(shapes, readable, passed_rule) if r != p]
+    assert sum(readable) >= 10 and readable.count(False) >= 10  # both kinds are there
+
+
 def test_multi_turn_prompts_with_known_roles_ending_with_the_user_pass(tmp_path):
     record = good_rl_record()
     record["prompt"] = [

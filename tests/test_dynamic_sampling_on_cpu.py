@@ -210,11 +210,12 @@ def test_groups_older_than_max_staleness_are_dropped_and_counted():
     run_step(sampler, 1, [{"a": MIXED, "b": MIXED, "c": MIXED}])  # trains a; b, c pooled (born 1)
     batch, metrics = run_step(sampler, 2, [])  # full from the pool: trains b, one step old
     assert uids_of(batch) == ["b", "b"] and metrics[P + "num_gen_rounds"] == 0.0
-    sampler.begin_step(3)  # c was born at step 1: 3 - 1 = 2 > max_staleness -> dropped
-    assert sampler.pooled_groups == 0
-    sampler.add_round(*make_round({"d": MIXED}))
-    _, metrics = sampler.take_training_batch()
-    assert metrics[P + "dropped_stale_groups"] == 1.0
+    # c was born at step 1 and could train at step 3 only 2 > max_staleness steps old: it leaves as step 2 closes,
+    # so the pool step 2 carries out is what step 3 may train.
+    assert metrics[P + "dropped_stale_groups"] == 1.0 and metrics[P + "carried_out_groups"] == 0.0
+    assert sampler.pooled_groups == 0 and sampler.take_dropped_group_ids().tolist() == ["c"]
+    _, metrics = run_step(sampler, 3, [{"d": MIXED}])
+    assert metrics[P + "dropped_stale_groups"] == 0.0 and sampler.run_counters()["dropped_stale_groups"] == 1
 
 
 def test_max_staleness_zero_discards_the_surplus_as_the_paper_does():
@@ -337,45 +338,75 @@ def test_a_step_where_nothing_qualified_returns_no_batch():
     assert batch is None and metrics[P + "trained_groups"] == 0.0
 
 
-def test_back_to_back_partial_steps_drop_no_qualifying_group():
-    """Three steps of one round each under a budget, mini-batches of 2 groups: step 1 keeps 3 groups and trains 2,
-    step 2 keeps none (the 1 pooled group is less than a mini-batch: no update), step 3 keeps 4. When a group's age
-    counted steps, step 3 dropped step 1's leftover as stale although the policy had not changed since step 1
-    (7 qualifying, 6 trained, 1 dropped). Ages count policy updates: it trains in step 3, nothing is dropped."""
-    sampler = DynamicSampler(exhausting_config("train_partial"), DATAPROTO_OPS)
-    plan = {1: {"1a": MIXED, "1b": MIXED, "1c": MIXED, "1d": ALL_RIGHT},
-            2: {"2a": ALL_RIGHT, "2b": ALL_RIGHT, "2c": ALL_WRONG, "2d": ALL_RIGHT},
-            3: {"3a": MIXED, "3b": MIXED, "3c": MIXED, "3d": MIXED}}
-    trained = []
+def _partial_steps(sampler: DynamicSampler, plan: dict, restore_after: int | None = None):
+    """One round per step under a budget of one round, mini-batches of 2 groups; the uids each step trained (None:
+    no update). ``restore_after``: after that step the sampler is saved and a fresh one resumes from the state."""
+    trained, metrics_of = [], {}
     for step, groups in plan.items():
         sampler.begin_step(step)
         sampler.add_round(*make_round(groups))
-        batch, metrics = sampler.take_training_batch(groups_multiple_of=2)
+        batch, metrics_of[step] = sampler.take_training_batch(groups_multiple_of=2)
         trained.append(None if batch is None else uids_of(batch)[::2])
-        assert metrics[P + "dropped_stale_groups"] == 0.0
-    assert trained == [["1a", "1b"], None, ["1c", "3a", "3b", "3c"]]
+        if step == restore_after:
+            state = sampler.state_dict()
+            sampler = DynamicSampler(sampler.config, DATAPROTO_OPS)
+            sampler.load_state_dict(state)
+    return sampler, trained, metrics_of
+
+
+# Step 1 keeps 3 groups and trains 2; step 2 keeps 1 (with 1c: a mini-batch) or none; step 3 keeps 4.
+BACK_TO_BACK = {1: {"1a": MIXED, "1b": MIXED, "1c": MIXED, "1d": ALL_RIGHT},
+                2: {"2a": ALL_RIGHT, "2b": ALL_RIGHT, "2c": ALL_WRONG, "2d": ALL_RIGHT},
+                3: {"3a": MIXED, "3b": MIXED, "3c": MIXED, "3d": MIXED}}
+
+
+@pytest.mark.parametrize("restore_after", [None, 2])
+def test_a_group_pooled_in_a_step_that_trained_nothing_is_dropped_at_max_staleness_zero(restore_after):
+    """max_staleness=0 under train_partial with mini-batches of 2: step 2 pools one group, fewer than a mini-batch,
+    and trains nothing. That group was generated in step 2, so step 3 must not train it (with or without a restore in
+    between): it is dropped as step 2 closes, counted, and the pool step 2 carries out is empty."""
+    config = make_config(train_batch_size=4, gen_batch_size=4, filter_groups={"max_num_gen_batches": 1},
+                         on_exhausted="train_partial", max_staleness=0)
+    plan = {1: {"1a": MIXED, "1b": MIXED, "1c": ALL_RIGHT, "1d": ALL_RIGHT},
+            2: {"2a": MIXED, "2b": ALL_RIGHT, "2c": ALL_WRONG, "2d": ALL_RIGHT},
+            3: {"3a": MIXED, "3b": MIXED, "3c": MIXED, "3d": ALL_WRONG}}
+    sampler, trained, metrics = _partial_steps(DynamicSampler(config, DATAPROTO_OPS), plan, restore_after)
+    assert trained == [["1a", "1b"], None, ["3a", "3b"]]  # 3c: a remainder, dropped as step 3 closes
+    assert [metrics[s][P + "dropped_stale_groups"] for s in plan] == [0.0, 1.0, 1.0]
+    assert [metrics[s][P + "carried_out_groups"] for s in plan] == [0.0, 0.0, 0.0]
+    assert [metrics[s][P + "mean_staleness"] for s in (1, 3)] == [0.0, 0.0]
+    assert sampler.pooled_groups == 0
+
+
+def test_back_to_back_partial_steps_train_a_leftover_only_within_max_staleness_steps():
+    """max_staleness=1: step 1's leftover (1c) may train in step 2, which trains nothing (1c alone is less than a
+    mini-batch); in step 3 it would be 2 steps old, so it leaves as step 2 closes, counted (7 qualifying: 6 trained,
+    1 dropped). A step without an update still counts: the bound is in steps, as the user set it."""
+    sampler, trained, metrics = _partial_steps(DynamicSampler(exhausting_config("train_partial"), DATAPROTO_OPS),
+                                               BACK_TO_BACK)
+    assert trained == [["1a", "1b"], None, ["3a", "3b", "3c", "3d"]]
+    assert [metrics[s][P + "dropped_stale_groups"] for s in BACK_TO_BACK] == [0.0, 1.0, 0.0]
+    assert [metrics[s][P + "carried_out_groups"] for s in BACK_TO_BACK] == [1.0, 0.0, 0.0]
     counters = sampler.run_counters()
-    assert (counters["qualifying_groups"], counters["trained_groups"], counters["dropped_stale_groups"]) == (7, 6, 0)
-    assert sampler.pooled_groups == 1  # 3d waits for the next step
+    assert (counters["qualifying_groups"], counters["trained_groups"], counters["dropped_stale_groups"]) == (7, 6, 1)
 
 
-def test_a_checkpoint_written_before_ages_counted_updates_resumes_with_ages_in_steps():
-    """A sampler state of format 2 (no policy version): every earlier step is taken to have updated the policy, so
-    with max_staleness=0 the group carried out of step 1 is dropped at step 2, as that format's code did (a version
-    read as 0 would keep it)."""
-    config = make_config(train_batch_size=2, max_staleness=0)
-    sampler = DynamicSampler(config, DATAPROTO_OPS)
+def test_a_restored_pool_holding_groups_beyond_the_bound_drops_them_at_the_next_step():
+    """A checkpoint whose pool holds a group the resumed run's bound no longer allows (written with max_staleness=1,
+    resumed with 0; or by an older version whose ages counted policy updates, format 3, read here): the next step
+    drops it before anything trains, counted, and frees its storage."""
+    sampler = DynamicSampler(make_config(train_batch_size=2, max_staleness=1), DATAPROTO_OPS)
     run_step(sampler, 1, [{"a": MIXED, "b": MIXED, "c": MIXED}])
     state = sampler.state_dict()
-    state["version"] = 2
-    del state["policy_version"]
+    state["version"], state["policy_version"] = 3, 0
     for segment in state["pool"]:
-        del segment["born_version"]
-    resumed = DynamicSampler(config, DATAPROTO_OPS)
+        segment["born_version"] = 0
+    resumed = DynamicSampler(make_config(train_batch_size=2, max_staleness=0), DATAPROTO_OPS)
     resumed.load_state_dict(state)
     assert resumed.pooled_groups == 1
-    resumed.begin_step(2)
-    assert resumed.pooled_groups == 0 and resumed.take_dropped_group_ids().tolist() == ["c"]
+    batch, metrics = run_step(resumed, 2, [{"d": MIXED, "e": MIXED}])
+    assert uids_of(batch)[::2] == ["d", "e"] and metrics[P + "dropped_stale_groups"] == 1.0
+    assert resumed.take_dropped_group_ids().tolist() == ["c"]
 
 
 def test_taking_a_short_batch_while_budget_remains_is_an_error():

@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from recipe_dapo.data import apply_dapo_template
 
@@ -118,8 +119,6 @@ def test_an_engine_error_reaches_the_console(tmp_path, monkeypatch):
 def test_the_model_a_run_trained_is_found_from_its_checkpoints_folder(tmp_path):
     """``--model runs/dapo_cpu/checkpoints`` evaluates the latest checkpoint's Hugging Face copy (verl's layout:
     ``global_step_N/actor/huggingface``); a checkpoint saved without it gets the command that merges it."""
-    import pytest
-
     from recipe_dapo.evaluation.evaluate import resolve_model_path
 
     checkpoints = tmp_path / "checkpoints"
@@ -134,8 +133,55 @@ def test_the_model_a_run_trained_is_found_from_its_checkpoints_folder(tmp_path):
     assert resolve_model_path(str(checkpoints / "global_step_4")) == latest
     assert resolve_model_path(str(checkpoints / "global_step_4" / "actor")) == latest
     assert resolve_model_path(latest) == latest  # a Hugging Face folder as it is
+    write_merge_inputs(checkpoints / "global_step_2" / "actor")
     with pytest.raises(ValueError, match=r"saved without its Hugging Face weights; merge it: python -m "
                                          r"verl.model_merger merge --backend fsdp --local_dir .*global_step_2/actor"):
         resolve_model_path(str(checkpoints / "global_step_2"))
     with pytest.raises(ValueError, match="no config.json"):
         resolve_model_path(str(tmp_path))
+
+
+def write_merge_inputs(actor, world_size: int = 2) -> None:
+    """What verl's FSDP checkpoint manager writes and its merger reads: the world size, every rank's model shard, the
+    Hugging Face config."""
+    import torch
+
+    (actor / "huggingface").mkdir(parents=True, exist_ok=True)
+    (actor / "huggingface" / "config.json").write_text("{}")
+    (actor / "fsdp_config.json").write_text(json.dumps({"world_size": world_size}))
+    for rank in range(world_size):
+        torch.save({"w": torch.ones(4096)}, actor / f"model_world_size_{world_size}_rank_{rank}.pt")
+
+
+@pytest.mark.parametrize("damage", ["a shard missing", "a shard damaged inside", "no world size"])
+def test_a_half_written_checkpoint_gets_what_is_missing_and_the_previous_one_that_merges(tmp_path, damage):
+    """verl's merger on a half-written checkpoint fails without naming the file: the advice names it instead, and
+    offers the previous checkpoint whose merge works."""
+    from recipe_dapo.evaluation.evaluate import resolve_model_path
+
+    checkpoints = tmp_path / "checkpoints"
+    for step in (2, 4, 6):
+        write_merge_inputs(checkpoints / f"global_step_{step}" / "actor")
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("6")
+    latest, previous = checkpoints / "global_step_6" / "actor", checkpoints / "global_step_4" / "actor"
+    with pytest.raises(ValueError, match=rf"merge it: python -m verl.model_merger merge --backend fsdp --local_dir "
+                                         rf"{latest} --target_dir {latest}_merged"):
+        resolve_model_path(str(checkpoints))  # positive control: whole, the merge command
+    if damage == "a shard missing":
+        (latest / "model_world_size_2_rank_1.pt").unlink()
+        named = f"1 of the 2 model shards are missing (first: {latest}/model_world_size_2_rank_1.pt)"
+    elif damage == "a shard damaged inside":
+        shard = latest / "model_world_size_2_rank_0.pt"
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2: len(data) // 2 + 4096] = b"\xff" * 4096
+        shard.write_bytes(bytes(data))
+        named = f"{latest}/model_world_size_2_rank_0.pt is corrupt: record"
+    else:
+        (latest / "fsdp_config.json").write_text("{}")
+        named = f"{latest}/fsdp_config.json has no world size"
+    with pytest.raises(ValueError) as refused:
+        resolve_model_path(str(checkpoints))
+    message = str(refused.value)
+    assert "it cannot be merged: " + named in message
+    assert (f"the previous checkpoint that can be merged is {previous}: python -m verl.model_merger merge --backend "
+            f"fsdp --local_dir {previous} --target_dir {previous}_merged") in message

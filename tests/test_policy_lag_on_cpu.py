@@ -73,7 +73,7 @@ def test_pooled_rows_keep_their_version_through_a_checkpoint_and_resume():
 
     restored = DynamicSampler(sampler_config(sampler_settings(config)), ops=DATAPROTO_OPS)
     restored.load_state_dict(pickle.loads(pickle.dumps(sampler.state_dict())))
-    assert [version for _, version in restored.pooled_payloads()] == [0]
+    assert [born_step for _, born_step in restored.pooled_payloads()] == [1]
     restored.begin_step(2)
     carried, _ = restored.take_training_batch()
     assert carried.non_tensor_batch["uid"].tolist() == ["c", "c", "d", "d"]

@@ -304,3 +304,25 @@ def test_seeded_rollouts_on_cpu_with_chunked_prefill_are_refused_and_platform_cp
     # Unseeded rollouts, or the v1 trainer (which does not seed them), may chunk prefills on CPU.
     for other in ("dapo.seeded_rollouts=false", "trainer.use_v1=true"):
         check_config(compose_recipe_config([*cpu, "actor_rollout_ref.rollout.enable_chunked_prefill=true", other]))
+
+
+def test_a_dry_run_refuses_a_ground_truth_the_reward_cannot_read_unless_a_reward_function_of_the_users_reads_it(
+        data, tmp_path):
+    """A dict ground truth used to pass the dry run and stop the run only after a full start-up."""
+    import pandas as pd
+
+    from recipe_dapo.preflight import check_config
+
+    train = next(o.split("=", 1)[1] for o in data if o.startswith("data.train_files="))
+    rows = pd.read_parquet(train)
+    rows["reward_model"] = [{"ground_truth": {"answer": str(rm["ground_truth"])}, "style": "rule"}
+                            for rm in rows["reward_model"]]
+    rows.to_parquet(tmp_path / "dict_answers.parquet")
+    overrides = small_run(data, f"data.train_files={tmp_path / 'dict_answers.parquet'}")
+    message = refusal(overrides, absent_inputs_ok=True, where="the dry run")
+    assert "dict_answers.parquet" in message and "row 0" in message and "'reward_model.ground_truth'" in message
+    assert "ground truth is a dict ({'answer': " in message
+    reward = tmp_path / "my_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(ground_truth['answer'] in solution_str)\n")
+    check_config(compose_recipe_config(overrides + [f"reward.custom_reward_function.path={reward}"]))

@@ -4,8 +4,10 @@ The fixture tests/fixtures/metrics_cpu_run.jsonl is the metrics file of a real 6
 
     PYTHON=.venv/bin/python WORK_DIR=/tmp/report_run bash scripts/run_dapo_cpu.sh \
         trainer.total_training_steps=6 trainer.test_freq=3
-    cp /tmp/report_run/recipe_dapo/dapo_cpu.jsonl tests/fixtures/metrics_cpu_run.jsonl
+    sed 1d /tmp/report_run/recipe_dapo/dapo_cpu.jsonl > tests/fixtures/metrics_cpu_run.jsonl
 
+(the chain-arithmetic default task, float32 training, the behaviour-policy correction's policy_lag metrics; the first
+line, the validation before training at step 0, left out, as the run had it before validating first)
 (validation at steps 3 and 6, dapo loss, dynamic sampling; no overlong filter, so overlong/filtered_ratio is absent).
 """
 
@@ -53,7 +55,7 @@ def test_the_real_run_fills_every_panel():
     # Validation at steps 3 and 6: mean@4 and pass@4 (the largest pass@j) of the one data source.
     mean, passes = lines[report.VALIDATION.title]
     assert mean.get_xdata().tolist() == [3, 6] and passes.get_linestyle() == "--"
-    assert passes.get_ydata().tolist() == [metrics[s]["val/synthetic_arithmetic/pass@4"] for s in (3, 6)]
+    assert passes.get_ydata().tolist() == [metrics[s]["val/chain_arithmetic/pass@4"] for s in (3, 6)]
     # Keep rate, and rounds on the second y axis; three clip fractions; step time = generation + the rest.
     keep, rounds = lines[report.KEEP_RATE_AND_ROUNDS.title]
     assert rounds.get_ydata().tolist() == [metrics[s]["dynamic_sampling/num_gen_rounds"] for s in steps]
@@ -84,8 +86,8 @@ def test_the_summary_names_the_figures_of_the_metrics_file(tmp_path, capsys):
     last = metrics[6]
     expected = (
         f"| my_run | 6 (1-6) | {acc[-1]:.3f} / {max(acc):.3f} (step {steps[int(np.argmax(acc))]}) | "
-        f"step 6: synthetic_arithmetic: mean@4 {last['val/synthetic_arithmetic/mean@4']:.3f} "
-        f"pass@4 {last['val/synthetic_arithmetic/pass@4']:.3f} (31 problems) | {np.mean(keep):.3f} | "
+        f"step 6: chain_arithmetic: mean@4 {last['val/chain_arithmetic/mean@4']:.3f} "
+        f"pass@4 {last['val/chain_arithmetic/pass@4']:.3f} (121 problems) | {np.mean(keep):.3f} | "
         f"{generated:,.0f} | {trained:,.0f} ({100 * trained / generated:.0f}%) | "
         f"{int(round(seconds)) // 60}m{int(round(seconds)) % 60:02d}s |"
     )

@@ -20,7 +20,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipe_dapo.trainers.run_end import TrainerEnd, driver_summary_lines, rerun_command, \
-    summary_when_the_trainer_cannot
+    summary_when_the_trainer_cannot, trainer_printed_summary
 
 ARGV = ["platform=cpu", "trainer.total_training_steps=4", "trainer.experiment_name=dapo cpu"]
 """The driver's overrides (one with a space: the rerun line quotes it)."""
@@ -76,6 +76,12 @@ class StandInTaskRunner:
     def pid(self) -> int:
         return os.getpid()
 
+    def hold_the_folder(self, config, workers) -> None:
+        """What both trainers do once verl's workers exist: this process and each actor worker hold the writers' lock."""
+        from recipe_dapo.trainers.recipe_run import RecipeRun
+
+        RecipeRun(config).hold_folder_as_writers(workers)
+
     def run(self, what: str, config=None) -> str:
         with TrainerEnd() as end:
             if what == "train_forever":
@@ -88,7 +94,14 @@ class StandInTaskRunner:
             if what == "fail_before_fit":
                 raise FileNotFoundError("/data/train.parquet: no such file (data.train_files)")
             end.trainer = trainer = RecipeTrainer(config)
-            return trainer.fit(fail=what == "fail_at_step")
+            return trainer.fit(fail=what == "fail_at_step", fail_in_worker=what == "fail_in_reward_worker")
+
+
+class StandInRewardWorker:
+    """A reward worker (another Ray actor) whose user's reward function breaks."""
+
+    def score(self) -> float:
+        raise KeyError("'answer': compute_score in /data/my_reward.py failed on every sample")
 
 
 class RecipeTrainer:
@@ -100,13 +113,18 @@ class RecipeTrainer:
 
         self.recipe = RecipeRun(config)
 
-    def fit(self, fail: bool) -> str:
+    def fit(self, fail: bool, fail_in_worker: bool = False) -> str:
+        import ray
+
         from recipe_dapo.trainers.recipe_run import failed_outcome
 
         tracker = self.recipe.open_tracker(resumed_step=0, total_steps=2)
         try:
             if fail:
                 raise ValueError("weights of step 1 do not fit")
+            if fail_in_worker:  # the trainer meets the worker's error as Ray's copy of it (a RayTaskError)
+                worker = ray.remote(num_cpus=0)(StandInRewardWorker).remote()
+                ray.get(worker.score.remote())
         except Exception as error:
             tracker.finish(exit_code=1, outcome=failed_outcome(1, error))
             raise
@@ -205,6 +223,48 @@ def test_when_the_trainer_printed_its_summary_the_driver_prints_none(local_ray, 
     assert raised.value.cause.recipe_dapo_summary_printed is True  # what the trainer's process told the driver
     assert capsys.readouterr().out == ""
     ray.kill(runner)
+
+
+def test_an_error_from_another_worker_that_the_trainer_summarised_gets_no_second_summary(local_ray, tmp_path, capsys):
+    """A reward function that breaks: the trainer meets Ray's copy of the reward worker's error, prints its summary
+    and raises it; Ray re-wraps it on the way to the driver, keeping only the worker's original error. The driver must
+    still see that the trainer printed the summary, and print none (it used to print a second one saying the run
+    "failed during start-up, before the trainer printed a summary")."""
+    from conftest import compose_recipe_config
+
+    ray = local_ray
+    config = compose_recipe_config([f"trainer.default_local_dir={tmp_path / 'checkpoints'}", "trainer.logger=[console]"])
+    runner = ray.remote(num_cpus=0)(StandInTaskRunner).remote()
+    with pytest.raises(KeyError, match="compute_score in /data/my_reward.py failed") as raised:
+        with summary_when_the_trainer_cannot(config, argv=ARGV):
+            ray.get(runner.run.remote("fail_in_reward_worker", config))
+    assert trainer_printed_summary(raised.value)
+    assert "before the trainer printed a summary" not in capsys.readouterr().out
+    ray.kill(runner)
+
+
+def test_the_run_lock_covers_the_folder_until_the_trainer_and_its_workers_have_ended(local_ray, tmp_path):
+    """The driver is gone; its trainer and an actor worker live on (as they do for seconds after a kill): a new driver
+    cannot take the folder until both have ended."""
+    from conftest import compose_recipe_config
+    from recipe_dapo.trainers.run_lock import FolderInUse, wait_for_writers
+
+    ray = local_ray
+    folder = tmp_path / "checkpoints"
+    config = compose_recipe_config([f"trainer.default_local_dir={folder}"])
+    trainer = ray.remote(num_cpus=0)(StandInTaskRunner).remote()
+    worker = ray.remote(num_cpus=0)(StandInRewardWorker).remote()
+    ray.get(trainer.hold_the_folder.remote(config, [worker]))
+    for actor in (trainer, worker):
+        with pytest.raises(FolderInUse, match="processes of an earlier run"):
+            wait_for_writers(str(folder), wait_s=0.5)
+        pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+        ray.kill(actor)
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/{pid}"):  # ray.kill returns before the process is gone
+            assert time.monotonic() < deadline, f"pid {pid} outlived ray.kill"
+            time.sleep(0.1)
+    assert wait_for_writers(str(folder), wait_s=0.5) < 0.5  # the trainer's end alone did not free it: the worker's did
 
 
 def test_a_signal_or_a_refusal_is_left_to_what_reports_it():

@@ -78,6 +78,7 @@ class RecordingRolloutManager:
         self.tokenizer = tokenizer
         self.max_response = max_response
         self.requests: list[dict] = []  # per call: the per-row rollout seeds and agent loop names
+        self.all_wrong = lambda step: False  # from which step every response is wrong (a policy that broke)
 
     def generate_sequences(self, batch):
         from verl import DataProto
@@ -103,7 +104,7 @@ class RecordingRolloutManager:
         for row in range(rows):
             truth = str(batch.non_tensor_batch["reward_model"][row]["ground_truth"])
             # Qualifying groups: the first response is wrong, the second right; others: both right.
-            wrong = (row // N) < qualifying and row % N == 0
+            wrong = (row // N) < qualifying and row % N == 0 or self.all_wrong(step)
             texts.append(f"Answer: {truth}9" if wrong else f"Answer: {truth}")
         pad = self.tokenizer.pad_token_id
         # verl 0.9.1's agent loop tokenizes the chat itself and left-pads the prompts.
@@ -159,9 +160,10 @@ class RecordingRolloutManager:
 class RecordingActorWorkerGroup:
     """The actor side of verl's hybrid worker group: log-probs and updates on padding-free TensorDicts."""
 
-    def __init__(self, device: Device, grad_norm=lambda version: 1.0):
+    def __init__(self, device: Device, grad_norm=lambda version: 1.0, entropy=lambda version: 0.0):
         self.device = device
         self.grad_norm = grad_norm  # per update (the engine's clipped gradient norm; verl skips a non-finite one)
+        self.entropy = entropy  # per actor version: every token's entropy (NaN: weights that are not numbers)
         self.trained_groups: list[int] = []
         self.trained_sequences: list[list[tuple]] = []  # per update: each row's token ids, in training order
 
@@ -178,7 +180,11 @@ class RecordingActorWorkerGroup:
         zeros = torch.nested.nested_tensor_from_jagged(
             torch.zeros(input_ids.values().shape[0]), offsets=input_ids.offsets()
         )
-        return tu.get_tensordict({"log_probs": zeros, "entropy": zeros.clone()}, non_tensor_dict={"metrics": {"mfu": 0.0}})
+        entropy = torch.nested.nested_tensor_from_jagged(
+            torch.full((input_ids.values().shape[0],), float(self.entropy(self.device.actor_version))),
+            offsets=input_ids.offsets(),
+        )
+        return tu.get_tensordict({"log_probs": zeros, "entropy": entropy}, non_tensor_dict={"metrics": {"mfu": 0.0}})
 
     def update_actor(self, batch_td):
         from verl.utils import tensordict_utils as tu
@@ -501,6 +507,52 @@ def test_updates_skipped_in_a_row_stop_the_run_saying_what_to_check(tmp_path, in
     with pytest.raises(NonFiniteUpdates, match="the last 2 steps' updates were all skipped .* Check the rewards"):
         trainer.fit()
     assert trainer.global_steps == 2
+
+
+def test_a_policy_whose_responses_are_all_wrong_for_two_steps_stops_the_run_instead_of_finishing(tmp_path, inputs,
+                                                                                                  monkeypatch):
+    """From step 2 not one response is right (what a checkpoint loaded as NaN generates): no group qualifies, the
+    steps train nothing, and the run used to end "finished" after step 5. It stops at the second step that scored
+    only wrong answers (step 2 trains from the pool without generating), saying what it saw and what to check."""
+    from recipe_dapo.trainers.step_metrics import PolicyStopped
+
+    trainer, _ = build_trainer(tmp_path, inputs, monkeypatch)
+    trainer.async_rollout_manager.all_wrong = lambda step: step >= 2
+    with pytest.raises(PolicyStopped, match=r"step 4: not one response was right in the last 2 steps \(\d+ groups "
+                                            r"generated, 0% of the last step's without an answer\): the policy has "
+                                            r"stopped producing anything the reward scores"):
+        trainer.fit()
+    assert trainer.global_steps == 4 and RecordingTracker.outcome == "failed at step 4 (PolicyStopped)"
+    logged = RecordingTracker.logged
+    assert "reward/acc_mean" not in logged[2] and [logged[step]["reward/acc_mean"] for step in (3, 4)] == [0.0, 0.0]
+
+
+def test_a_non_finite_entropy_stops_the_run_at_that_step(tmp_path, inputs, monkeypatch):
+    from recipe_dapo.trainers.step_metrics import PolicyStopped
+
+    trainer, device = build_trainer(tmp_path, inputs, monkeypatch)
+    trainer.actor_rollout_wg = RecordingActorWorkerGroup(device, entropy=lambda v: float("nan") if v >= 1 else 0.5)
+    with pytest.raises(PolicyStopped, match=r"step 2: the policy's entropy \(actor/entropy\) is nan: its "
+                                            "log-probabilities are not numbers"):
+        trainer.fit()
+    assert RecordingTracker.logged[1]["actor/entropy"] == 0.5 and trainer.global_steps == 2
+
+
+def test_the_policy_watch_counts_only_steps_that_scored_and_a_right_answer_starts_it_again():
+    from recipe_dapo.trainers.step_metrics import PolicyStopped, PolicyWatch
+
+    watch = PolicyWatch(max_steps_all_wrong=2)
+    watch.observe({"reward/acc_mean": 0.0}, 1)
+    watch.observe({}, 2)  # a step all from the pool scored nothing: neither counts nor resets
+    watch.observe({"reward/acc_mean": 0.01}, 3)  # one right response in the step: the count starts again
+    watch.observe({"reward/acc_mean": 0.0}, 4)
+    resumed = PolicyWatch(max_steps_all_wrong=2)
+    resumed.load_state_dict(watch.state_dict())  # the count survives a resume
+    with pytest.raises(PolicyStopped, match="step 5: not one response was right in the last 2 steps"):
+        resumed.observe({"reward/acc_mean": 0.0, "reward/no_answer_ratio": 1.0}, 5)
+    never = PolicyWatch(max_steps_all_wrong=0)
+    for step in range(1, 10):
+        never.observe({"reward/acc_mean": 0.0}, step)  # 0: never stops on wrong answers
 
 
 # ------------------------------------------------------------------------------------------- faults

@@ -149,13 +149,14 @@ def test_failed_groups_are_counted_and_dropped_and_stale_groups_are_freed(transf
     batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
     assert metrics["dynamic_sampling/failed_groups"] == 4  # 12 submitted, every third failed
     assert len(batch.keys) == BATCH * N
+    # 8 qualified, 3 trained: max_staleness=0 (the paper's discard) drops the other 5 as the step closes, and their
+    # trajectories leave the store with them: nothing but the batch is left.
+    assert metrics["dynamic_sampling/dropped_stale_groups"] == 5 and metrics["dynamic_sampling/carried_out_groups"] == 0
     tq.kv_clear(keys=batch.keys, partition_id="train")
-    surplus = set(tq.kv_list("train")["train"])
-    assert surplus  # 8 qualified, 3 trained: 5 groups pooled
+    assert not set(tq.kv_list("train").get("train", {}))
     rollouts.step = 2
     batch, metrics = buffer.sample(global_steps=2, partition_id="train", batch_size=BATCH)
-    assert metrics["dynamic_sampling/dropped_stale_groups"] == 5  # max_staleness=0: the paper's discard
-    assert not surplus & set(tq.kv_list("train")["train"])  # and their trajectories left the store
+    assert metrics["dynamic_sampling/carried_in_groups"] == 0 and len(batch.keys) == BATCH * N
 
 
 def test_checkpoint_round_trip_puts_the_pooled_trajectories_back(transfer_queue):
@@ -457,3 +458,28 @@ def test_the_probe_names_a_replica_whose_vllm_engine_fails_its_health_check(engi
     with pytest.raises(RolloutDied, match=r"engine of rollout replica 0 \(127\.0\.0\.1:\d+\) is dead: .*HTTP 503"):
         RolloutLiveness([], [], [live], timeout_s=5)()
     RolloutLiveness([], [], [unreachable], timeout_s=5)()  # one unanswered check: logged, counted, not yet dead
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_async_groups_submitted_in_an_earlier_step_count_their_age_from_it(transfer_queue, max_staleness):
+    """verl v1's async mode: two groups submitted in step 1 (TransferQueue tags their step) finish in step 2. Their
+    age counts from step 1: max_staleness=0 drops them as they arrive (counted, their trajectories freed) and step 2
+    trains only what it submitted; max_staleness=1 trains them, one step old."""
+    tq = transfer_queue
+    clear_partition(tq)
+    rollouts = ScriptedRollouts(tq, [MIXED])
+    buffer = make_buffer(rollouts, max_staleness=max_staleness)
+    buffer.drain = False
+    early = rollouts(2)  # written finished, tagged global_steps=1, before step 2 polls
+    assert early == 2
+    early_uids = set(rollouts.uids)
+    buffer.groups.resume_in_flight(2)  # in flight, as verl's restored async prompts are
+    rollouts.step = 2
+    batch, metrics = buffer.sample(global_steps=2, partition_id="train", batch_size=BATCH)
+    trained = {key.split("_", 1)[0] for key in batch.keys}
+    if max_staleness == 0:
+        # (the step's own surplus is dropped too as it closes: max_staleness=0 carries nothing over)
+        assert metrics["dynamic_sampling/dropped_stale_groups"] >= 2 and not trained & early_uids
+        assert not {key.split("_", 1)[0] for key in tq.kv_list("train")["train"]} & early_uids  # freed
+    else:
+        assert trained >= early_uids and metrics["dynamic_sampling/carried_in_groups"] == 2

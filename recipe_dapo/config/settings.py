@@ -35,6 +35,13 @@ class HealthSettings:
     """Stop the run after this many steps in a row whose update verl skipped for a non-finite gradient norm (it prints
     ``grad_norm is not finite`` and zeroes the gradient); every skipped step is counted in
     ``training/skipped_updates`` and shown on its console line. 0: never stop."""
+    max_steps_all_wrong: int = 2
+    """Stop the run after this many steps in a row in which not one response scored (every round, before filtering)
+    was right, each wrong or without an answer: the policy has stopped producing anything the reward scores (a
+    checkpoint that loaded as NaN, a diverged update, ground truths the reward cannot read), and nothing qualifies to
+    train on ("right": ``reward/acc_mean``, which for a user's reward function is its ``acc``, else ``score > 0``; a
+    function whose scores are never positive needs 0 here). A non-finite ``actor/entropy`` stops the run at once. 0:
+    never stop on wrong answers."""
     max_reward_failure_ratio: float = 0.5
     """Stop the run when more than this share of the last ``reward_failure_window`` samples a reward worker scored
     failed (a time-out, an exception, a score that is not finite in float32, a malformed ground truth: each such sample
@@ -119,7 +126,8 @@ class MemorySettings:
 class ResumeSettings:
     """``dapo.resume``: what a rerun does with the checkpoint it resumes from (``recipe_dapo.trainers.checkpoint_guard``).
 
-    At start-up the checkpoint's files are checked (a truncated torch file, a missing ``dapo_state.pt``), its recorded
+    At start-up the checkpoint's files are checked (a truncated torch file, a record that fails its CRC, NaN or inf in
+    the weights or optimizer state, a missing ``dapo_state.pt``), its recorded
     shape (``rollout.n``, the batch sizes) is compared with the run's, and the free space with its size; each problem is
     refused in one line naming the file or key and the fix."""
 
@@ -127,6 +135,12 @@ class ResumeSettings:
     """With ``trainer.resume_mode=auto``, when the latest checkpoint is damaged, resume from the previous complete one
     (the damaged folder is moved aside to ``global_step_<k>.damaged``); false: refuse, naming the damaged file and the
     previous complete checkpoint."""
+
+    verify_records: bool = True
+    """Read every record of the checkpoint's torch files back against its CRC-32, and check the weights and optimizer
+    state for NaN or inf, before anything starts (one read of the checkpoint, on parallel threads: about 0.5 GiB/s per
+    core for the weights and optimizer files); false: read only the files' indexes (a truncated file is still found,
+    garbage inside one is not)."""
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 Each round's kept groups enter as one *segment* (one payload, groups contiguous, one birth step), so
 filling a batch costs one ``select`` per segment touched and one ``concat``, never one per group. Groups
-leave in arrival order: what a step does not use stays for the next step (the surplus carry-over), and
-groups generated more than ``max_staleness`` policy updates ago are dropped by the sampler (each segment records the
-training step it was generated in, for the metrics, and the policy version, for that age).
+leave in arrival order: what a step does not use stays for the next step (the surplus carry-over), and groups that
+can no longer train within ``max_staleness`` steps of the step that generated them are dropped by the sampler (each
+segment records that step: the groups' age and the metrics count from it).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ class _Segment:
     payload: Any  # rows of this segment's groups, each group contiguous
     group_ids: np.ndarray  # [G]
     offsets: np.ndarray  # [G + 1] row boundaries of the groups inside ``payload``
-    born_step: int  # training step during which the groups were generated
-    born_version: int  # policy updates done before they were generated (their age counts updates, not steps)
+    born_step: int  # training step during which the groups were generated (their age counts steps from it)
     start: int = 0  # groups before ``start`` have been taken already
 
     @property
@@ -60,11 +59,9 @@ class GroupBuffer:
             return np.empty(0, dtype=object)
         return np.concatenate([segment.group_ids[segment.start :] for segment in self._segments])
 
-    def add(self, payload: Any, group_ids: np.ndarray, offsets: np.ndarray, born_step: int,
-            born_version: int | None = None) -> None:
-        """Append groups: group g of ``group_ids`` is rows ``offsets[g]:offsets[g + 1]`` of ``payload``
-        (``born_version``: the policy version they were generated with; None: ``born_step - 1``, every earlier step
-        having updated the policy)."""
+    def add(self, payload: Any, group_ids: np.ndarray, offsets: np.ndarray, born_step: int) -> None:
+        """Append groups: group g of ``group_ids`` is rows ``offsets[g]:offsets[g + 1]`` of ``payload``, generated
+        during training step ``born_step``."""
         if group_ids.shape[0] == 0:
             return
         if offsets.shape[0] != group_ids.shape[0] + 1 or int(offsets[-1]) != self._ops.length(payload):
@@ -72,20 +69,17 @@ class GroupBuffer:
                 f"segment of {group_ids.shape[0]} groups ends at row {int(offsets[-1])} but its payload has "
                 f"{self._ops.length(payload)} rows"
             )
-        version = born_step - 1 if born_version is None else born_version
-        self._segments.append(
-            _Segment(payload, np.asarray(group_ids), np.asarray(offsets, np.int64), born_step, int(version))
-        )
+        self._segments.append(_Segment(payload, np.asarray(group_ids), np.asarray(offsets, np.int64), int(born_step)))
 
-    def payloads_by_version(self) -> list[tuple[Any, int]]:
-        """Each segment's payload (whole, taken rows included) with the policy version its groups were generated
-        with, oldest first."""
-        return [(segment.payload, segment.born_version) for segment in self._segments]
+    def payloads_by_step(self) -> list[tuple[Any, int]]:
+        """Each segment's payload (whole, taken rows included) with the training step its groups were generated in,
+        oldest first."""
+        return [(segment.payload, segment.born_step) for segment in self._segments]
 
-    def drop_older_than(self, version: int) -> np.ndarray:
-        """Remove groups generated with a policy version before ``version``; returns the ids of the groups dropped."""
-        dropped = [s.group_ids[s.start :] for s in self._segments if s.born_version < version]
-        self._segments = [s for s in self._segments if s.born_version >= version]
+    def drop_born_before(self, step: int) -> np.ndarray:
+        """Remove groups generated before training step ``step``; returns the ids of the groups dropped."""
+        dropped = [s.group_ids[s.start :] for s in self._segments if s.born_step < step]
+        self._segments = [s for s in self._segments if s.born_step >= step]
         return np.concatenate(dropped) if dropped else np.empty(0, dtype=object)
 
     def take(self, count: int) -> TakenGroups:
@@ -116,7 +110,7 @@ class GroupBuffer:
         in memory and loaded back in this process."""
         if not compact:
             return [{"payload": s.payload, "group_ids": s.group_ids, "offsets": s.offsets, "born_step": s.born_step,
-                     "born_version": s.born_version, "start": s.start} for s in self._segments]
+                     "start": s.start} for s in self._segments]
         state = []
         for segment in self._segments:
             payload, offsets = segment.payload, segment.offsets
@@ -129,7 +123,6 @@ class GroupBuffer:
                     "group_ids": segment.group_ids[segment.start :],
                     "offsets": offsets,
                     "born_step": segment.born_step,
-                    "born_version": segment.born_version,
                 }
             )
         return state
@@ -137,7 +130,6 @@ class GroupBuffer:
     def load_state_dict(self, state: list[dict]) -> None:
         self._segments = []
         for segment in state:
-            self.add(segment["payload"], segment["group_ids"], segment["offsets"], int(segment["born_step"]),
-                     segment.get("born_version"))
+            self.add(segment["payload"], segment["group_ids"], segment["offsets"], int(segment["born_step"]))
             if self._segments:
                 self._segments[-1].start = int(segment.get("start", 0))

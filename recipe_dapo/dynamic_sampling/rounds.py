@@ -40,8 +40,8 @@ A streaming step's trainer (verl's v1) cannot skip an update, so a step whose bu
 groups pooled but fewer than a mini-batch (``groups_multiple_of``) gets the budget once more
 (``DynamicSampler.extend_budget``, counted in ``dynamic_sampling/budget_extensions``); if it is still short, it stops
 with :class:`DynamicSamplingExhausted` saying how many groups qualified and the mini-batch they fell short of. (The
-classic trainer skips such a step's update instead, and the pooled groups train in a later step: a step without an
-update ages no group.)
+classic trainer skips such a step's update instead, and the pooled groups train in a later step, within
+``max_staleness`` steps of the step that generated them.)
 
 Both loops use the same sampler, sizing, budget, pool and metrics.
 """
@@ -75,6 +75,8 @@ class ScoredRound:
     metric_values     the filter metric per row (``algorithm.filter_groups.metric``)
     generated_tokens  response tokens generated this round, kept or not (the cost side of dynamic sampling)
     columns           per-row arrays to report on everything scored, before filtering (verl: reward extra info)
+    born_steps        per-row training step the prompt was submitted in (None: this step; a streaming source whose
+                      groups finish in a later step passes it, so their age counts from their submission)
     """
 
     rollouts: Any
@@ -82,6 +84,7 @@ class ScoredRound:
     metric_values: Any
     generated_tokens: int = 0
     columns: dict = field(default_factory=dict)
+    born_steps: Any = None
 
 
 RoundSource = Callable[[Any], ScoredRound]
@@ -119,6 +122,7 @@ def collect_step(
         _pool_scored(sampler, scored, columns, counts_as_round=True)
         rounds += 1
     batch, metrics = sampler.take_training_batch(groups_multiple_of=groups_multiple_of)
+    sampler.take_dropped_group_ids()  # a round source keeps nothing outside the pool: nothing to free, nothing to keep
     return CollectedStep(batch=batch, metrics=metrics, rounds=rounds, scored_columns=_concat_columns(columns))
 
 
@@ -260,6 +264,7 @@ def _pool_scored(sampler: DynamicSampler, scored: ScoredRound, columns: list[dic
         metric_values=scored.metric_values,
         generated_tokens=scored.generated_tokens,
         counts_as_round=counts_as_round,
+        born_steps=scored.born_steps,
     )
     columns.append(scored.columns)
     return stats

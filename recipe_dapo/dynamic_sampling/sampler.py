@@ -13,9 +13,13 @@ Which groups qualify is the configured keep rule (``keep_rules``). With ``skip.e
 per-prompt history of group outcomes (``skipping.PromptSkipper``) and ``take_prompts`` leaves out prompts whose
 recent groups predict that the next will not qualify, drawing the next prompts in their place.
 
-Surplus qualifying groups stay pooled for later steps, at most ``max_staleness`` policy updates old: the age of a
-group counts the steps that trained a batch since it was generated, so a step that trained nothing (fewer
-qualifying groups than a mini-batch) ages no group, and what it pooled trains in a later step. The payload is never modified, so tensors such as
+Surplus qualifying groups stay pooled for later steps, and ``max_staleness`` is a hard bound: a group generated in
+step ``s`` trains in step ``s + max_staleness`` at the latest, whatever happened in between (a partial step, a step
+that trained nothing because fewer groups than a mini-batch qualified, a restore from a checkpoint). What can no longer
+train within the bound leaves the pool when the step that makes it so closes, so the pool metrics
+(``carried_out_groups``) count only groups that can still train; it is counted in ``dropped_stale_groups`` and said
+once (a warning, then DEBUG). ``max_staleness=0`` is the paper's discard: every step trains only what it generated.
+The payload is never modified, so tensors such as
 ``rollout_log_probs`` stay available for verl's rollout-correction options. When the step's
 ``max_num_gen_batches`` budget runs out before the batch is full, ``take_training_batch`` applies
 ``on_exhausted``: ``train_partial`` returns the groups collected (warned once, counted), ``raise`` raises
@@ -45,8 +49,10 @@ SKIP_METRIC_PREFIX = METRIC_PREFIX + "skip/"
 # The step metrics the console and the run report read (every one is in ``_step_metrics``; a test checks it).
 KEEP_RATE, NUM_GEN_ROUNDS, GENERATED_TOKENS = (METRIC_PREFIX + name for name in ("keep_rate", "num_gen_rounds",
                                                                                 "generated_tokens"))
-STATE_VERSION = 3
-READABLE_STATE_VERSIONS = (1, 2, 3)  # 1: before prompt skipping (no skipper state); 2: ages counted in steps
+STATE_VERSION = 4
+# 1: before prompt skipping (no skipper state); 3: ages counted in policy updates (4: in steps; the policy version
+# is kept for the rows' lags)
+READABLE_STATE_VERSIONS = (1, 2, 3, 4)
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -111,6 +117,7 @@ class DynamicSampler:
         self._last_step: Optional[int] = None
         self._version = 0  # policy updates so far: steps whose batch held at least one group
         self._warned_partial = False
+        self._warned_stale = False
         self._dropped_group_ids: list = []
 
     # ---------------------------------------------------------------- queries
@@ -118,13 +125,14 @@ class DynamicSampler:
     @property
     def policy_version(self) -> int:
         """Policy updates so far (steps whose batch held at least one group): the version of the policy that generates
-        now, which every generated row is stamped with (``recipe_dapo.policy_lag``), and the clock of group ages."""
+        now, which every generated row is stamped with (``recipe_dapo.policy_lag``: a row's lag counts the updates
+        since its policy, while ``max_staleness`` bounds its age in steps)."""
         return self._version
 
     def pooled_payloads(self) -> list[tuple[Any, int]]:
-        """The pool's payloads with the policy version each was generated with, oldest first (a trainer stamps rows
-        that a checkpoint written before policy versions holds without one)."""
-        return self._pool.payloads_by_version()
+        """The pool's payloads with the training step each was generated in, oldest first (a trainer stamps rows that
+        a checkpoint written before policy versions holds without one)."""
+        return self._pool.payloads_by_step()
 
     @property
     def keep_rate_estimate(self) -> float:
@@ -140,6 +148,10 @@ class DynamicSampler:
     def pooled_groups(self) -> int:
         """Qualifying groups waiting to be trained on (carried over plus this step's rounds)."""
         return self._pool.num_groups
+
+    def pooled_group_ids(self) -> np.ndarray:
+        """Ids of the pooled groups, oldest first."""
+        return self._pool.group_ids()
 
     def is_full(self) -> bool:
         """True when the pool holds at least ``train_batch_size`` groups."""
@@ -257,14 +269,9 @@ class DynamicSampler:
         if self.skipper is not None:
             self.skipper.begin_step()
         self._keep_rate.start_step(self.config.keep_rate_decay)
-        dropped_ids = self._pool.drop_older_than(self._version - self.config.max_staleness)
-        self._dropped_group_ids.append(dropped_ids)
-        dropped = int(dropped_ids.shape[0])
-        self._tally.dropped_stale_groups = dropped
-        self._totals.dropped_stale_groups += dropped
-        if dropped:
-            logger.info("step %d: dropped %d groups older than max_staleness=%d policy updates", step, dropped,
-                        self.config.max_staleness)
+        # Nothing is this old in a run that went step by step (the step that made it so dropped it), but a pool
+        # restored from a checkpoint written by an older version, or steps that jump, may hold such groups.
+        self._drop_stale(born_before=step - self.config.max_staleness)
 
     def add_round(
         self,
@@ -273,6 +280,7 @@ class DynamicSampler:
         metric_values: Any,
         generated_tokens: int = 0,
         counts_as_round: bool = True,
+        born_steps: Any = None,
     ) -> GroupStats:
         """Filter one round of rollouts and pool its qualifying groups (whole, contiguous, in order).
 
@@ -283,7 +291,10 @@ class DynamicSampler:
         A streaming source passes the groups that finished since its last poll with ``counts_as_round=False``
         (its rounds are counted by :meth:`record_dispatch`); it stalls after ``max_empty_rounds`` rounds' worth of
         groups in a row that did not qualify, a round being what a round source would send for a whole batch at
-        the current keep-rate estimate.
+        the current keep-rate estimate. ``born_steps`` (one per row; None: the open step) is the training step
+        each group's prompt was submitted in, for a streaming source whose groups may finish steps later (verl v1's
+        async mode): a group's age counts from it, and one that can no longer train within ``max_staleness`` is
+        dropped as it arrives (counted).
         """
         self._require_open_step("add_round")
         num_rows = self._ops.length(rollouts)
@@ -302,16 +313,13 @@ class DynamicSampler:
             keys = _group_prompt_keys(self._ops.prompt_keys(rollouts), stats)
             self.skipper.record(keys, right=stats.success_rate * stats.sizes, sizes=stats.sizes, qualified=stats.keep)
 
-        kept_rows, kept_offsets = stats.rows_of(stats.keep)
-        if kept_rows.shape[0] == num_rows and np.array_equal(kept_rows, np.arange(num_rows)):
-            kept_payload = rollouts  # every row kept, already grouped: no copy
-        elif kept_rows.shape[0]:
-            kept_payload = self._ops.select(rollouts, kept_rows)
-        else:
-            kept_payload = None
-        if kept_payload is not None:
-            self._pool.add(kept_payload, stats.group_ids[stats.keep], kept_offsets, born_step=self._open_step,
-                           born_version=self._version)
+        group_born = self._group_born_steps(born_steps, stats, num_rows)
+        if group_born is None:
+            self._pool_kept(rollouts, stats, stats.keep, self._open_step, num_rows)
+        else:  # one segment per birth step, oldest first; what is already too old to train is dropped
+            for born in np.unique(group_born[stats.keep]):
+                self._pool_kept(rollouts, stats, stats.keep & (group_born == born), int(born), num_rows)
+            self._drop_stale(born_before=self._open_step - self.config.max_staleness)
 
         tally = self._tally
         if counts_as_round:
@@ -342,6 +350,28 @@ class DynamicSampler:
         ):
             self._stalled()
         return stats
+
+    def _pool_kept(self, rollouts: Any, stats: GroupStats, selected: np.ndarray, born_step: int, num_rows: int) -> None:
+        rows, offsets = stats.rows_of(selected)
+        if not rows.shape[0]:
+            return
+        if rows.shape[0] == num_rows and np.array_equal(rows, np.arange(num_rows)):
+            payload = rollouts  # every row kept, already grouped: no copy
+        else:
+            payload = self._ops.select(rollouts, rows)
+        self._pool.add(payload, stats.group_ids[selected], offsets, born_step=born_step)
+
+    def _group_born_steps(self, born_steps: Any, stats: GroupStats, num_rows: int) -> Optional[np.ndarray]:
+        """Each group's birth step from per-row ``born_steps`` (None when absent or all the open step)."""
+        if born_steps is None:
+            return None
+        born_steps = np.asarray(born_steps, dtype=np.int64)
+        if born_steps.shape[0] != num_rows:
+            raise ValueError(f"the round has {num_rows} trajectories but {born_steps.shape[0]} birth steps")
+        group_born = born_steps[stats.order[stats.offsets[:-1]]]
+        if np.any(group_born > self._open_step):
+            raise ValueError(f"step {self._open_step}: a group's birth step {int(group_born.max())} is in the future")
+        return None if np.all(group_born == self._open_step) else group_born
 
     def take_training_batch(self, groups_multiple_of: int = 1) -> tuple[Any, dict[str, float]]:
         """Close the step: the training batch (oldest groups first) and the step's metrics.
@@ -375,7 +405,10 @@ class DynamicSampler:
             batch = self._ops.concat(taken.pieces)
         self._totals.trained_groups += int(taken.group_ids.shape[0])
         if taken.group_ids.shape[0]:
-            self._version += 1  # the policy is updated with this batch; a step without one ages no pooled group
+            self._version += 1  # the policy is updated with this batch (what its rows' lags count)
+        # What the next step could not train within max_staleness leaves now, so that the pool carried out (and a
+        # checkpoint of it) holds only groups that can still train.
+        self._drop_stale(born_before=step + 1 - self.config.max_staleness)
 
         metrics = self._step_metrics(step, taken.born_steps, partial)
         if self.skipper is not None:
@@ -439,6 +472,30 @@ class DynamicSampler:
                 f"group ids {reused[:3].tolist()} of this round are already pooled from an earlier round; "
                 "give every prompt instance a fresh uid (verl's trainer uses uuid4)"
             )
+
+    def _drop_stale(self, born_before: int) -> None:
+        """Drop the pooled groups generated before step ``born_before`` (counted in the open step's
+        ``dropped_stale_groups`` and the run's; the first drop of the run is a warning, the rest DEBUG)."""
+        dropped_ids = self._pool.drop_born_before(born_before)
+        dropped = int(dropped_ids.shape[0])
+        if not dropped:
+            return
+        self._dropped_group_ids.append(dropped_ids)
+        self._tally.dropped_stale_groups += dropped
+        self._totals.dropped_stale_groups += dropped
+        staleness = self.config.max_staleness
+        if self._warned_stale:
+            logger.debug("step %d: dropped %d qualifying groups that cannot train within max_staleness=%d steps",
+                         self._open_step, dropped, staleness)
+            return
+        self._warned_stale = True
+        logger.warning(
+            "step %d: dropped %d qualifying groups that cannot train within %s.max_staleness=%d steps of the step "
+            "that generated them%s (counted in %sdropped_stale_groups; warned once)",
+            self._open_step, dropped, NAMESPACE, staleness,
+            " (0: the paper's discard, every step trains only what it generated)" if staleness == 0 else "",
+            METRIC_PREFIX,
+        )
 
     def _stalled(self) -> None:
         tally = self._tally

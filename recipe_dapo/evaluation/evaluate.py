@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -120,14 +122,68 @@ def resolve_model_path(model: str) -> str:
         if not weights:
             actor = os.path.dirname(hf_folder)
             raise ValueError(
-                f"--model {model}: the checkpoint {actor} was saved without its Hugging Face weights; merge it: "
-                f"python -m verl.model_merger merge --backend fsdp --local_dir {actor} --target_dir {actor}_merged "
-                f"(or train with actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model])"
+                f"--model {model}: the checkpoint {actor} was saved without its Hugging Face weights; "
+                + merge_advice(actor)
+                + " (or train with actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model])"
             )
         logger.info("--model %s: the trained model in %s", model, hf_folder)
         return hf_folder
     check_model_path(model)
     return model
+
+
+def merge_problems(actor: str) -> list[str]:
+    """What verl's FSDP merger (``python -m verl.model_merger merge --backend fsdp``) needs from the checkpoint folder
+    ``actor`` and does not find, one line each: ``fsdp_config.json`` with the world size, every rank's
+    ``model_world_size_<W>_rank_<r>.pt`` whole (its index, and every record against its CRC: the merger's own error for a
+    damaged shard names no file), and the Hugging Face config in ``huggingface/``."""
+    from recipe_dapo.trainers.checkpoint_records import verify_files
+
+    config_path = os.path.join(actor, "fsdp_config.json")
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            world_size = int(json.load(handle)["world_size"])
+    except FileNotFoundError:
+        return [f"{config_path} is missing (verl writes it with the shards; a checkpoint without it is half-written)"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return [f"{config_path} has no world size ({type(error).__name__}: {error})"]
+    problems = []
+    shards = [os.path.join(actor, f"model_world_size_{world_size}_rank_{rank}.pt") for rank in range(world_size)]
+    missing = [path for path in shards if not os.path.isfile(path)]
+    if missing:
+        problems.append(f"{len(missing)} of the {world_size} model shards are missing (first: {missing[0]})")
+    found = verify_files([(path, False) for path in shards if path not in missing])
+    problems.extend(f"{path} {problem}" for path, problem in found.items())
+    if not os.path.isfile(os.path.join(actor, "huggingface", "config.json")):
+        problems.append(f"{os.path.join(actor, 'huggingface', 'config.json')} is missing (the merger reads the model's "
+                        "architecture from it)")
+    return problems
+
+
+def merge_advice(actor: str) -> str:
+    """The command that merges the checkpoint folder ``actor`` into a Hugging Face model, when its inputs are whole;
+    else what is missing, and the previous checkpoint of the run that can be merged, if any."""
+    command = "python -m verl.model_merger merge --backend fsdp --local_dir {0} --target_dir {0}_merged"
+    problems = merge_problems(actor)
+    if not problems:
+        return "merge it: " + command.format(actor)
+    step_folder = os.path.dirname(actor) if os.path.basename(actor) == "actor" else actor
+    match = re.fullmatch(r"global_step_(\d+)", os.path.basename(step_folder))
+    offer = "no earlier checkpoint of the run can be merged"
+    if match:
+        for name in sorted(os.listdir(os.path.dirname(step_folder)), key=_step_number, reverse=True):
+            number = _step_number(name)
+            earlier = os.path.join(os.path.dirname(step_folder), name, "actor")
+            if 0 <= number < int(match.group(1)) and os.path.isdir(earlier) and not merge_problems(earlier):
+                offer = f"the previous checkpoint that can be merged is {earlier}: " + command.format(earlier)
+                break
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"it cannot be merged: {problems[0]}{more}; {offer}"
+
+
+def _step_number(name: str) -> int:
+    match = re.fullmatch(r"global_step_(\d+)", name)
+    return int(match.group(1)) if match else -1
 
 
 def check_model_path(model: str) -> None:
@@ -137,10 +193,7 @@ def check_model_path(model: str) -> None:
         if os.path.isfile(os.path.join(expanded, "config.json")):
             return
         if glob.glob(os.path.join(expanded, "model_world_size_*_rank_*.pt")):
-            raise ValueError(
-                f"--model {model} is a verl FSDP checkpoint; merge it first: python -m verl.model_merger merge "
-                f"--backend fsdp --local_dir {model} --target_dir {model.rstrip('/')}_merged"
-            )
+            raise ValueError(f"--model {model} is a verl FSDP checkpoint; " + merge_advice(expanded.rstrip("/")))
         raise ValueError(f"--model {model} has no config.json: give a Hugging Face model folder")
     if os.path.exists(expanded) or model.startswith(("/", "./", "../", "~")):
         raise ValueError(f"--model {model}: no such model folder")

@@ -2,7 +2,8 @@
 needs (:mod:`recipe_dapo.trainers.checkpoint_guard`). Only a checkpoint folder on this machine is checked.
 
 Beside the rule, :func:`hold_run_folder`: the driver's lock on its checkpoint folder (``trainers.run_lock``), taken once
-the checks passed, refused like a rule's problem when another run holds it."""
+the checks passed, refused like a rule's problem when another run holds it; then it waits for the processes of an
+earlier run that still write into the folder."""
 
 from __future__ import annotations
 
@@ -32,10 +33,16 @@ def hold_run_folder(config: DictConfig) -> Optional[object]:
     folder = select(config, "trainer.default_local_dir", None)
     if not folder:
         return None
+    from recipe_dapo.trainers.run_lock import wait_for_writers
+
     try:
         lock = RunLock(str(folder)).acquire()
     except FolderInUse as error:
         raise DAPOConfigError([str(error)]) from None
     _held.append(lock)
     atexit.register(lock.release)
+    try:
+        wait_for_writers(str(folder), say=lambda line: print(line, flush=True))
+    except FolderInUse as error:
+        raise DAPOConfigError([str(error)]) from None
     return lock

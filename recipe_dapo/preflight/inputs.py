@@ -13,6 +13,8 @@ from recipe_dapo.preflight.base import CheckReport, paths, select
 
 def rule_data_files(config: DictConfig, report: CheckReport) -> Iterable[str]:
     prompt_key = str(select(config, "data.prompt_key", "prompt"))
+    # The recipe's reward reads strings, numbers and lists of them; a user's reward function reads what it reads.
+    readable_shapes_only = not select(config, "reward.custom_reward_function.path", None)
     for key in ("data.train_files", "data.val_files"):
         files = paths(select(config, key))
         if not files:
@@ -29,7 +31,8 @@ def rule_data_files(config: DictConfig, report: CheckReport) -> Iterable[str]:
                     yield f"{key}: {path} does not exist{where} (bash scripts/prepare_data.sh DIR makes it)"
             else:
                 stat = os.stat(path)
-                error = _validate_file(os.path.abspath(path), stat.st_mtime_ns, stat.st_size, prompt_key)
+                error = _validate_file(os.path.abspath(path), stat.st_mtime_ns, stat.st_size, prompt_key,
+                                       readable_shapes_only)
                 if error:
                     yield f"{key}: {error}"
 
@@ -37,14 +40,14 @@ def rule_data_files(config: DictConfig, report: CheckReport) -> Iterable[str]:
 _validated: dict[tuple, str | None] = {}
 
 
-def _validate_file(path: str, mtime_ns: int, size: int, prompt_key: str) -> str | None:
+def _validate_file(path: str, mtime_ns: int, size: int, prompt_key: str, readable_shapes_only: bool = True) -> str | None:
     """Row checks of one data file, once per file version (many configs checked in one process)."""
     from recipe_dapo.data.validation import RLDataError, validate_rl_parquet
 
-    cache_key = (path, mtime_ns, size, prompt_key)
+    cache_key = (path, mtime_ns, size, prompt_key, readable_shapes_only)
     if cache_key not in _validated:
         try:
-            validate_rl_parquet(path, prompt_key=prompt_key)
+            validate_rl_parquet(path, prompt_key=prompt_key, readable_shapes_only=readable_shapes_only)
             _validated[cache_key] = None
         except RLDataError as exc:
             _validated[cache_key] = str(exc)

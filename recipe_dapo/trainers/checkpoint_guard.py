@@ -5,16 +5,19 @@
   ``checkpoint_state.save_recipe_state``). A resume that changes one is refused in one line naming the key: the pooled
   groups of the dynamic sampler hold ``n`` responses each and the optimizer's schedule counts steps of that batch.
 - **A damaged checkpoint.** Every ``.pt`` file of the folder must be a whole torch file (torch writes a zip archive
-  whose index is at its end, so a truncated file has none: found by reading the index only, not the weights), and
-  ``dapo_state.pt`` must be there. A damaged one is named, file and folder, with the previous complete checkpoint and
-  how to resume from it; with ``dapo.resume.fallback_to_previous=true`` the run takes it: the damaged folder is moved
-  aside (``global_step_<k>.damaged``) and verl's tracker file names the previous step.
+  whose index is at its end, so a truncated file has none), every record of it must match the CRC-32 its index holds
+  (garbage written inside a tensor leaves the index intact and would load as wrong numbers), and the policy's weights
+  and optimizer state (verl's ``model_*.pt``, ``optim_*.pt``) must hold no NaN or inf (:mod:`.checkpoint_records`:
+  one read of the files, on parallel threads; ``dapo.resume.verify_records=false`` reads the indexes only). And
+  ``dapo_state.pt`` must be there. A damaged one is named, file, record and folder, with the previous complete
+  checkpoint and how to resume from it; with ``dapo.resume.fallback_to_previous=true`` the run takes it: the damaged
+  folder is moved aside (``global_step_<k>.damaged``) and verl's tracker file names the previous step.
 - **Free space.** Saving a checkpoint needs about the size of the last one; a disk with less free space is refused
   at start-up instead of after a whole step of training.
 
 Which checkpoint: ``trainer.resume_mode=auto`` the latest (verl's tracker file in ``trainer.default_local_dir``),
 ``resume_path`` ``trainer.resume_from_path``, ``disable`` none. A folder absent from this machine (a dry run on a
-laptop) is not checked. Pure: standard library only (no torch, no verl).
+laptop) is not checked. No torch, no verl (the standard library and numpy).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import logging
 import os
 import re
 import shutil
+import time
 import zipfile
 from typing import Any, Iterable, Optional
 
@@ -38,6 +42,10 @@ SHAPE_KEYS = ("actor_rollout_ref.rollout.n", "data.train_batch_size", "actor_rol
 """What a checkpoint's state is shaped by: the responses per group (the pooled groups' size), the groups per step and
 per mini-batch."""
 FALLBACK_KEY = "dapo.resume.fallback_to_previous"
+VERIFY_KEY = "dapo.resume.verify_records"
+FINITE_CHECKED = ("model_", "optim_")
+"""Files whose floating-point storages must be finite: verl's FSDP shards of the policy's weights and optimizer state
+(what a resume loads into the model); the recipe's state and verl's extra state are checked by their CRCs only."""
 _STEP = re.compile(r"^global_step_(\d+)$")
 
 
@@ -92,10 +100,14 @@ def step_of(folder: str) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-def damaged_files(folder: str) -> list[tuple[str, str]]:
+def damaged_files(folder: str, verify_records: bool = True) -> list[tuple[str, str]]:
     """``(file relative to folder, why)`` for every file that makes the checkpoint unusable: a missing
-    ``dapo_state.pt``, an empty ``.pt`` file, or a torch file (a zip archive) without its index (truncated)."""
-    problems = []
+    ``dapo_state.pt``, an empty ``.pt`` file, a torch file (a zip archive) without its index (truncated), and with
+    ``verify_records`` one with a record that fails its CRC-32, or non-finite values in the policy's weights or
+    optimizer state (:data:`FINITE_CHECKED`)."""
+    from recipe_dapo.trainers.checkpoint_records import verify_files
+
+    problems, whole = [], []
     if not os.path.isfile(os.path.join(folder, STATE_FILE)):
         problems.append((STATE_FILE, "is missing"))
     for root, _, files in os.walk(folder):
@@ -112,8 +124,15 @@ def damaged_files(folder: str) -> list[tuple[str, str]]:
                 elif magic == b"PK":  # torch's zip format; the legacy pickle format has no index to check
                     with zipfile.ZipFile(path) as archive:
                         archive.infolist()
+                    whole.append((path, name.startswith(FINITE_CHECKED)))
             except (OSError, zipfile.BadZipFile, EOFError, ValueError) as error:
                 problems.append((relative, f"is truncated or corrupt ({type(error).__name__}: {error})"))
+    if verify_records and whole:
+        started = time.monotonic()
+        found = verify_files(whole)
+        problems.extend((os.path.relpath(path, folder), found[path]) for path, _ in whole if path in found)
+        logger.info("checkpoint %s: %d torch files, %s, read back against their CRCs in %.1f s", folder, len(whole),
+                    _size(sum(os.path.getsize(path) for path, _ in whole)), time.monotonic() - started)
     return problems
 
 
@@ -127,10 +146,10 @@ def checkpoint_folders(checkpoint_dir: str) -> list[tuple[int, str]]:
     return sorted((item for item in found if os.path.isdir(item[1])), reverse=True)
 
 
-def previous_complete(checkpoint_dir: str, before_step: int) -> Optional[str]:
+def previous_complete(checkpoint_dir: str, before_step: int, verify_records: bool = True) -> Optional[str]:
     """The latest ``global_step_<k>`` folder with ``k < before_step`` that has no damaged file."""
     for step, folder in checkpoint_folders(checkpoint_dir):
-        if step < before_step and not damaged_files(folder):
+        if step < before_step and not damaged_files(folder, verify_records):
             return folder
     return None
 
@@ -221,10 +240,11 @@ def checkpoint_problems(config: Any, dry_run: bool = False) -> Iterable[str]:
     if folder is None:
         return
     checkpoint_dir = str(_select(config, "trainer.default_local_dir") or os.path.dirname(folder))
-    damaged = damaged_files(folder)
+    verify = bool(_select(config, VERIFY_KEY, True))
+    damaged = damaged_files(folder, verify)
     if damaged:
         step = step_of(folder)
-        previous = previous_complete(os.path.dirname(folder), step) if step is not None else None
+        previous = previous_complete(os.path.dirname(folder), step, verify) if step is not None else None
         auto = str(_select(config, "trainer.resume_mode", "auto")) == "auto"
         if previous and auto and _select(config, FALLBACK_KEY, False) and not dry_run:
             aside = fall_back(checkpoint_dir, folder, previous)

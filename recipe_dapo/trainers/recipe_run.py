@@ -5,7 +5,8 @@ v1 trainers) hold one ``RecipeRun`` and are thin adapters of verl's hooks onto i
 
 - the sampler's config, built from the run config by ``dynamic_sampling.config.sampler_config`` (the v1 trainer's
   replay buffer builds it from ``trainer.v1.sampler.sampler_kwargs`` with the same function);
-- the update guard (``step_metrics.UpdateGuard``: skipped non-finite updates counted, too many stop the run);
+- the update guard (``step_metrics.UpdateGuard``: skipped non-finite updates counted, too many stop the run) and the
+  policy watch (``step_metrics.PolicyWatch``: no right response for some steps, or a non-finite entropy, stops it);
 - the pre-emption watch (``preemption.TrainerWatch``), the signal that stopped the run, and giving up a step that is
   still generating (``preemption.GiveUpCheck`` / ``GenerationWindow``, the rollout aborted: ``abandon_rollout``);
 - the tracker (``tracking.tracker``) and the outcome it prints when a run does not train every step;
@@ -21,6 +22,7 @@ No Ray, verl trainer or vLLM import at module level: the adapters bring those.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
@@ -33,7 +35,7 @@ from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.checkpoint_state import checkpoint_exists, guarded_save, load_recipe_state, resume_line, \
     save_recipe_state
 from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck, TrainerWatch
-from recipe_dapo.trainers.step_metrics import UpdateGuard
+from recipe_dapo.trainers.step_metrics import PolicyWatch, UpdateGuard
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ class RecipeRun:
         self.config = config
         self.tokenizer = tokenizer
         self.update_guard = UpdateGuard(config.dapo.health.max_skipped_updates)
+        self.policy_watch = PolicyWatch(config.dapo.health.max_steps_all_wrong)
         self.preemption = TrainerWatch(None)  # the loop opens the real one (the driver then knows training began)
         self.stopped_by: Optional[str] = None  # the signal's name once the run stopped for pre-emption
         self.tracker: Any = None  # opened by the trainer's loop (``open_tracker``)
@@ -101,6 +104,27 @@ class RecipeRun:
             log_weight = old_log_probs.float() - rollout_log_probs.float()
         return lag_metrics(lags, group_ids, response_mask, log_weight, self.correction_level,
                            self.correction_threshold)
+
+    def hold_folder_as_writers(self, workers: list) -> None:
+        """This process and each of ``workers`` (Ray actor handles: verl's actor workers, which write the model and
+        optimizer shards) hold the writers' lock of ``trainer.default_local_dir`` for their lifetime, so a new run's
+        driver waits for them to end (``run_lock.wait_for_writers``)."""
+        import ray
+
+        from recipe_dapo.compat.ray import run_in_actor
+        from recipe_dapo.trainers.run_lock import hold_as_writer
+
+        folder = self.config.trainer.get("default_local_dir")
+        if not folder:
+            return
+        folder = os.path.abspath(str(folder))
+        hold_as_writer(folder)
+        ray.get([run_in_actor(worker, lambda actor, path=folder: hold_as_writer(path)) for worker in workers])
+
+    def observe_step(self, metrics: dict, step: int) -> None:
+        """After a step's metrics are complete: a policy that produces nothing scoreable stops the run
+        (``PolicyWatch``)."""
+        self.policy_watch.observe(metrics, step)
 
     # ------------------------------------------------------------------ pre-emption (``trainers.preemption``)
 
@@ -204,7 +228,7 @@ class RecipeRun:
     def save_checkpoint(self, step: int, state: dict, verl_save: Callable[[], None]) -> None:
         """The recipe's ``state`` (with the update guard's) first, then verl's checkpoint; a failed save (a full disk)
         removes the half-written folder and raises ``CheckpointWriteError`` with one line saying why."""
-        state = {**state, "update_guard": self.update_guard.state_dict()}
+        state = {**state, "update_guard": self.update_guard.state_dict(), "policy_watch": self.policy_watch.state_dict()}
 
         def save():
             save_recipe_state(self.config, step, state)
@@ -218,6 +242,7 @@ class RecipeRun:
         state = load_recipe_state(self.config, step)
         if state is not None:
             self.update_guard.load_state_dict(state.get("update_guard", {}))
+            self.policy_watch.load_state_dict(state.get("policy_watch", {}))
         return state
 
     @staticmethod

@@ -51,17 +51,32 @@ class TrainerEnd:
     def __exit__(self, kind, error, trace) -> bool:
         if isinstance(error, Exception):
             recipe = getattr(self.trainer, "recipe", None) if self.trainer is not None else None
-            try:
-                setattr(error, SUMMARY_PRINTED, bool(getattr(recipe, "summary_printed", False)))
-            except Exception:  # an exception that takes no attributes: the driver prints its summary as well
-                pass
+            printed = bool(getattr(recipe, "summary_printed", False))
+            # On the error and on the remote errors it wraps: an error the trainer met as Ray's copy of another
+            # worker's (a reward worker's RayTaskError) is re-wrapped by Ray on its way to the driver, which keeps only
+            # the original ``cause`` (with its attributes) and drops the wrapper's.
+            for candidate in _causes(error):
+                try:
+                    candidate.__dict__[SUMMARY_PRINTED] = printed  # not setattr: Ray's wrapper forwards to its cause
+                except Exception:  # an exception that takes no attributes: the driver prints its summary as well
+                    pass
         return False
+
+
+def _causes(error: BaseException, depth: int = 8) -> list[BaseException]:
+    """``error`` and the remote errors it wraps (Ray's ``RayTaskError.cause``, nested), outermost first."""
+    chain = [error]
+    while len(chain) < depth and isinstance(getattr(chain[-1], "cause", None), BaseException):
+        if any(chain[-1].cause is seen for seen in chain):
+            break
+        chain.append(chain[-1].cause)
+    return chain
 
 
 def trainer_printed_summary(error: BaseException) -> bool:
     """The trainer printed its summary before ``error`` (raised in the task runner, or Ray's copy of it) left it."""
-    for candidate in (error, getattr(error, "cause", None)):  # Ray's RayTaskError keeps the remote error in ``cause``
-        if getattr(candidate, SUMMARY_PRINTED, False) is True:
+    for candidate in _causes(error):  # Ray's RayTaskError keeps the remote error in ``cause``
+        if getattr(candidate, "__dict__", {}).get(SUMMARY_PRINTED) is True:
             return True
     return False
 

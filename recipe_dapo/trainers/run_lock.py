@@ -7,6 +7,14 @@ where the file system supports locks, as NFSv4 and Lustre do) once the configura
 PID, host and start time into the file. A second launch finds the lock taken and is refused in one line naming the
 first run's PID and host. The lock is released when the driver exits, however it exits (the operating system drops the
 locks of a process that ends, even after ``kill -9``), so a crashed run never blocks the next. Pure standard library.
+
+The driver is not the only process that writes into the folder: the trainer (the recipe's state, verl's tracker file)
+and verl's actor workers (the model and optimizer shards) do, and after a driver is killed they go on for a few seconds
+until Ray stops them. So every such process holds a *shared* lock on ``.dapo_run.writers.lock`` for its lifetime
+(:func:`hold_as_writer`; the trainers take it in their own process and, through Ray, in each actor worker), and a new
+driver, once it holds the run lock, waits until it can take that file's lock exclusively (:func:`wait_for_writers`):
+until the last process of the earlier run has ended. Processes still writing after the wait are refused like a live
+run, naming the wait.
 """
 
 from __future__ import annotations
@@ -14,12 +22,17 @@ from __future__ import annotations
 import datetime
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
 from typing import Optional
 
 LOCK_FILE = ".dapo_run.lock"
+WRITERS_FILE = ".dapo_run.writers.lock"
+WRITERS_WAIT_S = 60.0
+"""How long a new driver waits for the processes of an earlier run (its driver gone) to stop writing into the folder."""
+_writer_fds: dict[str, int] = {}  # folder -> this process's descriptor holding the writers' shared lock
 
 
 class FolderInUse(RuntimeError):
@@ -70,6 +83,56 @@ class RunLock:
         finally:
             os.close(self._fd)
             self._fd = None
+
+
+def hold_as_writer(folder: str) -> None:
+    """In a process of the run that writes into ``folder``: hold the writers' shared lock until the process ends (once
+    per folder; the descriptor is never closed: closing any descriptor of the file would drop the process's lock)."""
+    folder = os.path.abspath(str(folder))
+    if folder in _writer_fds:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(os.path.join(folder, WRITERS_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.lockf(fd, fcntl.LOCK_SH)  # blocks only while a new driver checks (an instant)
+    except OSError as error:  # a file system without locks: the run goes on, as unguarded as before
+        logging.getLogger(__name__).warning("cannot hold the writers' lock in %s (%s): a new run will not wait for "
+                                            "this process", folder, error)
+        return
+    _writer_fds[folder] = fd
+
+
+def wait_for_writers(folder: str, wait_s: float = WRITERS_WAIT_S, poll_s: float = 0.2, say=None) -> float:
+    """In the driver, holding the run lock: wait until no process of an earlier run holds the writers' lock of
+    ``folder`` (its trainer and workers go on writing for a few seconds after their driver was killed); returns the
+    seconds waited. Raises :class:`FolderInUse` when some still do after ``wait_s``. ``say``: called once with a line
+    when a wait begins."""
+    import time
+
+    os.makedirs(str(folder), exist_ok=True)
+    path = os.path.join(str(folder), WRITERS_FILE)
+    started = time.monotonic()
+    said = False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            waited = time.monotonic() - started
+            if waited >= wait_s:
+                raise FolderInUse(
+                    f"trainer.default_local_dir={folder}: processes of an earlier run (its trainer or actor workers, "
+                    f"whose driver is gone) still write into it after {wait_s:.0f} s; stop them (ray stop on their "
+                    "nodes) or give this run its own folder (trainer.default_local_dir or trainer.experiment_name)"
+                ) from None
+            if not said and say is not None:
+                say(f"waiting for the processes of an earlier run to stop writing into {folder} (up to {wait_s:.0f} s)")
+                said = True
+            time.sleep(poll_s)
+            continue
+        finally:
+            os.close(fd)  # releases the exclusive lock when it was taken: this run's writers take theirs
+        return time.monotonic() - started
 
 
 def _read_holder(fd: int) -> dict:

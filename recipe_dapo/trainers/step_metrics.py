@@ -7,6 +7,8 @@
 - The timers verl reports as ``timing_s/<name>``: generation (every round of a step), the step, validation.
 - :class:`UpdateGuard`: steps whose update verl skipped for a non-finite gradient, counted; too many in a row stop
   the run with what to check.
+- :class:`PolicyWatch`: a policy that has stopped producing anything the reward scores right (not one right response
+  for ``dapo.health.max_steps_all_wrong`` steps in a row), or whose entropy is not a number, stops the run in one line.
 
 Pure: no verl import.
 """
@@ -88,3 +90,60 @@ class UpdateGuard:
 
     def load_state_dict(self, state: dict) -> None:
         self.in_a_row, self.total = int(state.get("in_a_row", 0)), int(state.get("total", 0))
+
+
+class PolicyStopped(RuntimeError):
+    """The policy produces nothing the reward scores right any more, or its entropy is not a number."""
+
+
+class PolicyWatch:
+    """Stops a run whose policy has stopped producing anything trainable, instead of letting it end "finished":
+
+    - ``actor/entropy`` not finite (NaN or inf): the policy's log-probabilities are not numbers, so neither are its
+      weights (a checkpoint damaged inside a tensor, an update that diverged); it stops at once;
+    - ``reward/acc_mean`` (every response scored in the step, before filtering) 0 for ``max_steps_all_wrong`` steps in a
+      row: not one response right, each wrong or without an answer (``reward/no_answer_ratio``); 0 never stops. A step
+      that scored nothing (its batch all from the pool) neither counts nor resets.
+    """
+
+    def __init__(self, max_steps_all_wrong: int):
+        self.max_steps_all_wrong = int(max_steps_all_wrong)
+        self.in_a_row = 0
+        self.groups_in_a_row = 0
+
+    def observe(self, metrics: dict, step: int) -> None:
+        from recipe_dapo.reward.metrics import ACC_MEAN
+
+        entropy = metrics.get(ENTROPY)
+        if entropy is not None and not math.isfinite(float(entropy)):
+            raise PolicyStopped(
+                f"step {step}: the policy's entropy ({ENTROPY}) is {float(entropy)}: its log-probabilities are not "
+                "numbers, so neither are its weights (a checkpoint damaged inside a tensor, or an update that diverged), "
+                "and nothing it generates can be trained on. Resume from an earlier checkpoint (trainer.resume_mode="
+                "resume_path trainer.resume_from_path=...), and check the learning rate and the loss settings"
+            )
+        accuracy = metrics.get(ACC_MEAN)
+        if accuracy is None:
+            return
+        if float(accuracy) > 0:
+            self.in_a_row = self.groups_in_a_row = 0
+            return
+        self.in_a_row += 1
+        self.groups_in_a_row += int(metrics.get("dynamic_sampling/generated_groups", 0))
+        logger.warning("step %d: not one response scored this step was right (%d step(s) in a row)", step, self.in_a_row)
+        if self.max_steps_all_wrong and self.in_a_row >= self.max_steps_all_wrong:
+            no_answer = metrics.get("reward/no_answer_ratio")
+            unparsed = f", {float(no_answer):.0%} of the last step's without an answer" if no_answer is not None else ""
+            raise PolicyStopped(
+                f"step {step}: not one response was right in the last {self.in_a_row} steps ({self.groups_in_a_row} "
+                f"groups generated{unparsed}): the policy has stopped producing anything the reward scores, and "
+                "nothing qualifies to train on. Check the last checkpoint (a damaged one can load as NaN), the reward "
+                "function and the data's ground truths (a format the reward cannot read scores every response wrong), "
+                "and the learning rate; dapo.health.max_steps_all_wrong sets this limit (0: never stop)"
+            )
+
+    def state_dict(self) -> dict:
+        return {"in_a_row": self.in_a_row, "groups_in_a_row": self.groups_in_a_row}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.in_a_row, self.groups_in_a_row = int(state.get("in_a_row", 0)), int(state.get("groups_in_a_row", 0))

@@ -132,11 +132,19 @@ def test_prompt_longer_than_the_limit_names_its_row(tiny_model, tmp_path):
 
 
 def test_unmerged_verl_checkpoint_is_refused_with_the_merge_command(tmp_path):
-    checkpoint = tmp_path / "global_step_10" / "actor"
-    checkpoint.mkdir(parents=True)
-    (checkpoint / "model_world_size_1_rank_0.pt").write_bytes(b"")
+    import torch
 
-    with pytest.raises(ValueError, match="python -m verl.model_merger merge --backend fsdp"):
+    checkpoint = tmp_path / "global_step_10" / "actor"
+    (checkpoint / "huggingface").mkdir(parents=True)
+    (checkpoint / "huggingface" / "config.json").write_text("{}")
+    (checkpoint / "fsdp_config.json").write_text(json.dumps({"world_size": 1}))
+    torch.save({"w": torch.ones(4)}, checkpoint / "model_world_size_1_rank_0.pt")
+
+    with pytest.raises(ValueError, match="merge it: python -m verl.model_merger merge --backend fsdp"):
+        evaluate.check_model_path(str(checkpoint))
+    (checkpoint / "model_world_size_1_rank_0.pt").write_bytes(b"")  # half-written: the advice names what is missing
+    with pytest.raises(ValueError, match=rf"it cannot be merged: {checkpoint}/model_world_size_1_rank_0.pt is "
+                                         "truncated or corrupt .*; no earlier checkpoint of the run can be merged"):
         evaluate.check_model_path(str(checkpoint))
 
 

@@ -92,6 +92,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self.replicas = RolloutReplicas(self.checkpoint_manager)
         # Which Ray node holds each actor rank and replica: one line, what a multi-node launch checks first.
         log_placement(self.actor_rollout_wg.workers, self.checkpoint_manager.replicas)
+        self.recipe.hold_folder_as_writers(self.actor_rollout_wg.workers)  # a new run waits for them to end
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
         """The base counts steps in dataloader batches; DAPO counts optimizer steps of train_batch_size prompts.
@@ -481,6 +482,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 self.train_dataset.on_batch_end(batch=batch)
             self.recipe.count_trained_tokens(metrics, batch.batch["response_mask"].sum())  # after the overlong filter
         self.tracker.log(data=metrics, step=self.global_steps)
+        self.recipe.observe_step(metrics, self.global_steps)  # a policy producing nothing scoreable stops the run
         if self.stopped_by:
             self.tracker.finish(exit_code=1, outcome=stopped_outcome(self.stopped_by, f"after step {self.global_steps}"))
         elif self.global_steps >= self.total_training_steps:
@@ -504,8 +506,10 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
 
     def _load_recipe_state(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
-        for payload, version in self.sampler.pooled_payloads():
-            if POLICY_VERSION not in payload.non_tensor_batch:  # pooled by a recipe without policy versions
+        for payload, born_step in self.sampler.pooled_payloads():
+            if POLICY_VERSION not in payload.non_tensor_batch:
+                # Pooled by a recipe without policy versions: as if every step before it had updated the policy.
+                version = max(0, min(born_step - 1, self.sampler.policy_version))
                 payload.non_tensor_batch[POLICY_VERSION] = stamp(len(payload), version)
         self.prompt_stream.load_state_dict(state["prompt_stream"])
         # The base skips the dataloader restore at "epoch boundaries" counted in its own batches, which do

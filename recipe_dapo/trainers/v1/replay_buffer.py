@@ -164,6 +164,10 @@ class TransferQueueGroups:
             metric_values=metric_values,
             generated_tokens=int(sum(int(items[key].get("response_len", 0)) for key in keys)),
             columns=columns,
+            # The step each prompt was submitted in (verl tags it): in the async mode a group finishes steps later,
+            # and max_staleness counts from its submission.
+            born_steps=np.array([min(int(items[_uid_of(key)].get("global_steps", self.step)), self.step)
+                                 for key in keys], dtype=np.int64),
         )
 
     # ---------------------------------------------------------------- batches and storage

@@ -49,7 +49,8 @@ class _DAPOOnV1(HoldsRecipeRun):
     trainers share is its ``recipe`` (``trainers.recipe_run.RecipeRun``)."""
 
     def __init__(self, config):
-        super().__init__(config)
+        super().__init__(config)  # verl's workers are built here
+        self.recipe.hold_folder_as_writers(self.actor_rollout_wg.workers)  # a new run waits for them to end
         if not isinstance(self.replay_buffer, DAPOReplayBuffer):
             raise TypeError(
                 f"trainer.v1.sampler.custom_sampler gave {type(self.replay_buffer).__name__}; the recipe's v1 trainer "
@@ -77,6 +78,7 @@ class _DAPOOnV1(HoldsRecipeRun):
         self.recipe.give_up.disarm()
         result = self._update_actor_filtered(batch, metrics)
         self.recipe.observe_update(metrics, self.global_steps)
+        self.recipe.observe_step(metrics, self.global_steps)  # the step's rewards and entropy are in by now
         return result
 
     def _update_actor_filtered(self, batch, metrics: dict):
