@@ -286,11 +286,12 @@ def flat_model_output(log_probs, lengths):
     return torch.cat(pieces)
 
 
-def actor_micro_batch(rows, batch, dp_size, batch_num_tokens, global_batch_size):
+def actor_micro_batch(rows, batch, dp_size, batch_num_tokens, global_batch_size, extra=()):
     """The micro-batch TensorDict ppo_loss receives, with the non-tensor keys the FSDP engine and the
-    trainer assign (forward_backward_batch: dp_size, batch_num_tokens; _update_actor: global_batch_size)."""
+    trainer assign (forward_backward_batch: dp_size, batch_num_tokens; _update_actor: global_batch_size); ``extra``:
+    more of the batch's per-token keys (``ref_log_prob``)."""
     response_mask = batch["response_mask"][rows]
-    real_response_tokens = batch["response_attention_mask"][rows].long()
+    real_response_tokens = batch.get("response_attention_mask", batch["response_mask"])[rows].long()
     attention_mask = torch.cat([torch.ones(len(rows), PROMPT_LEN, dtype=torch.long), real_response_tokens], 1)
     td = TensorDict(
         {
@@ -300,6 +301,7 @@ def actor_micro_batch(rows, batch, dp_size, batch_num_tokens, global_batch_size)
             "response_mask": response_mask,
             "old_log_probs": batch["old_log_probs"][rows],
             "advantages": batch["advantages"][rows],
+            **{key: batch[key][rows] for key in extra},
         },
         batch_size=[len(rows)],
     )

@@ -7,19 +7,16 @@ they equal their paper formula on one micro-batch, and a test pins that a re-spl
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from omegaconf import OmegaConf
-from tensordict import TensorDict
 from verl.trainer.ppo.core_algos import get_policy_loss_fn, kl_penalty
-from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
 
 from conftest import compose_recipe_config
-from test_dapo_loss_on_cpu import (PROMPT_LEN, RANK_MICRO_BATCHES, flat_model_output, ragged_mini_batch,
-                                   response_log_probs)
+from test_dapo_loss_on_cpu import (RANK_MICRO_BATCHES, actor_micro_batch, flat_model_output,
+                                   ragged_mini_batch, response_log_probs)
 
 WIDTH = 9  # ragged_mini_batch's response width = data.max_response_length here (Dr.GRPO's constant)
 EXACT_OBJECTIVES = ["dapo", "grpo", "dr_grpo", "gspo", "cispo", "grpo_process"]
@@ -95,22 +92,8 @@ def reference(objective, actor, weight, features, batch):
 
 # ------------------------------------------------------------------------------- verl's actor path, re-split
 def micro_batch(rows, batch, dp_size, batch_num_tokens, global_batch_size):
-    response_mask = batch["response_mask"][rows]
-    attention_mask = torch.cat([torch.ones(len(rows), PROMPT_LEN, dtype=torch.long), response_mask.long()], 1)
-    td = TensorDict(
-        {
-            "prompts": torch.ones(len(rows), PROMPT_LEN, dtype=torch.long),
-            "responses": batch["responses"][rows],
-            "attention_mask": attention_mask,
-            "response_mask": response_mask,
-            "old_log_probs": batch["old_log_probs"][rows],
-            "advantages": batch["advantages"][rows],
-            "ref_log_prob": batch["ref_log_prob"][rows],
-        },
-        batch_size=[len(rows)],
-    )
-    tu.assign_non_tensor(td, dp_size=dp_size, batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size)
-    return td
+    """The dapo tests' micro-batch with the reference log-probs the KL terms read."""
+    return actor_micro_batch(rows, batch, dp_size, batch_num_tokens, global_batch_size, extra=("ref_log_prob",))
 
 
 def resplit(actor, weight, features, lengths, batch, rank_micro_batches, global_info=True):
