@@ -68,6 +68,9 @@ ARMS = {
 }
 """Arm name -> the recipe's ``ablation=`` config (``recipe_dapo/config/ablation/``)."""
 SEEDS = (0, 1, 2)
+SMOKE_OVERRIDES = ("dapo.health.max_steps_all_wrong=0",)
+"""The smoke's model, warmed up for seconds, answers (almost) nothing right: the run must not stop for a policy that
+scores nothing (``dapo.health.max_steps_all_wrong``), since the smoke checks the pipeline, not learning."""
 
 
 @dataclass(frozen=True)
@@ -402,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.collect and not finished:
                     continue
                 run_dir = train(arm, seed, design, assets, work_dir, design.budget_tokens, design.max_steps,
-                                force=args.force)
+                                force=args.force, extra=SMOKE_OVERRIDES if args.smoke else ())
                 study["runs"].append(run_record(arm, seed, run_dir, design))
                 save()
         if args.collect:

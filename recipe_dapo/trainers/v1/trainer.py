@@ -49,8 +49,7 @@ class _DAPOOnV1(HoldsRecipeRun):
     trainers share is its ``recipe`` (``trainers.recipe_run.RecipeRun``)."""
 
     def __init__(self, config):
-        super().__init__(config)  # verl's workers are built here
-        self.recipe.hold_folder_as_writers(self.actor_rollout_wg.workers)  # a new run waits for them to end
+        super().__init__(config)
         if not isinstance(self.replay_buffer, DAPOReplayBuffer):
             raise TypeError(
                 f"trainer.v1.sampler.custom_sampler gave {type(self.replay_buffer).__name__}; the recipe's v1 trainer "
@@ -67,6 +66,12 @@ class _DAPOOnV1(HoldsRecipeRun):
         ``timing_s/tq_read``, ``tq_write``, ``gen_tq``, ``poll_wait``)."""
         self._step_metrics = metrics  # (verl's dict for the step: logged by on_step_end if the step ends there)
         return timed_step(super().step, self.replay_buffer, metrics, timing_raw)
+
+    def on_init_end(self):
+        """verl's workers are built (``init``): they hold the run folder's writers' lock, so that a new run waits for
+        them to end; then verl's first weight sync."""
+        self.recipe.hold_folder_as_writers(self.actor_rollout_wg.workers)
+        super().on_init_end()
 
     def prepare_step(self) -> dict:
         """Nothing up front: the sampler submits prompts sized to what the step is missing."""
