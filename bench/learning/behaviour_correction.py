@@ -62,6 +62,7 @@ COLUMNS = (
     ("lag1_log_w", "mean abs log w, lag 1", "{:.4f}"),
     ("lag1_truncated", "truncated, lag 1", "{:.4f}"),
     ("lag0_log_w", "mean abs log w, lag 0", "{:.2e}"),
+    ("behaviour_weight_mean", "mean weight in the loss", "{:.5f}"),
 )
 
 
@@ -117,7 +118,7 @@ def render(study: dict) -> str:
     lines += ["", "Paired by seed, corrected - uncorrected validation accuracy: "
               + ", ".join(f"{d:+.3f}" for d in diffs)
               + f"; mean {_cell('{:+.3f}', stats)}." if diffs else "", ""]
-    lines.append(verdict(stats))
+    lines.append(verdict(stats, len(diffs)))
     return "\n".join(lines) + "\n"
 
 
@@ -125,11 +126,12 @@ def _fmt(value, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def verdict(stats) -> str:
-    """One sentence from the paired interval: a difference only where the interval excludes zero."""
+def verdict(stats, pairs: int) -> str:
+    """One sentence from the paired interval: a difference only where the interval (of two or more seeds) excludes
+    zero."""
     mean, low, high = stats
-    if mean is None or np.isnan(mean):
-        return "Not enough paired runs for a verdict."
+    if pairs < 2 or mean is None or np.isnan(mean):
+        return f"Not enough paired runs for a verdict ({pairs} seed{'s' if pairs != 1 else ''}: one is no evidence)."
     if low > 0:
         return "Reading: the correction raised validation accuracy (the paired 95% interval is above zero)."
     if high < 0:
