@@ -15,7 +15,6 @@ imported; ``metrics`` (torch) is imported where the metrics are computed.
 from recipe_dapo.policy_lag.correction import (
     CORRECTION_MODES,
     DEFAULT_IS_LEVEL,
-    DEFAULT_IS_THRESHOLD,
     configured_level,
     correction_line,
     correction_not_reached,
@@ -27,7 +26,6 @@ from recipe_dapo.policy_lag.versions import POLICY_VERSION, UnknownBehaviourPoli
 __all__ = [
     "CORRECTION_MODES",
     "DEFAULT_IS_LEVEL",
-    "DEFAULT_IS_THRESHOLD",
     "POLICY_VERSION",
     "UnknownBehaviourPolicy",
     "configured_level",

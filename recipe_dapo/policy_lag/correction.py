@@ -31,7 +31,6 @@ from typing import Any, Optional
 
 CORRECTION_MODES = ("auto", "on", "off")
 DEFAULT_IS_LEVEL = "token"
-DEFAULT_IS_THRESHOLD = 2.0
 ASYNC_V1_MODES = ("colocate_async",)
 
 

@@ -76,7 +76,8 @@ class RecipeRun:
         self._stop_ids: Optional[list[int]] = None
         correction = config.get("algorithm", {}).get("rollout_correction", None)
         self.correction_level = configured_level(correction)  # the IS level whose weights must reach the loss
-        self.correction_threshold = correction.get("rollout_is_threshold", 2.0) if correction else 2.0
+        # verl's rollout_is_threshold (the YAML's 2.0 unless overridden); read only where a level is configured
+        self.correction_threshold = correction.get("rollout_is_threshold") if correction else None
 
     # ------------------------------------------------------------------ the sampler
 
