@@ -48,6 +48,7 @@ from recipe_dapo.reward.metrics import ACC_MEAN
 from recipe_dapo.tracking.run_log import SUPERSEDED_SUFFIX, read_metrics
 
 from recipe_dapo.dynamic_sampling.sampler import GENERATED_TOKENS, KEEP_RATE, NUM_GEN_ROUNDS
+from recipe_dapo.dynamic_sampling.selection import LENGTH_KS, LENGTH_SHIFT, RECYCLED
 from recipe_dapo.trainers.step_metrics import (
     ENTROPY,
     GEN_TIME,
@@ -313,11 +314,21 @@ POLICY_LAG_PANEL = Panel(
     right_ylabel="|log pi_old / pi_rollout|",
     ymin=0.0,
 )
+SELECTION_PANEL = Panel(
+    "What was trained against what finished",
+    "KS distance, relative shift",
+    (
+        Curve("response-length KS distance", metric(LENGTH_KS), (LENGTH_KS,)),
+        Curve("trained / finished mean length - 1", metric(LENGTH_SHIFT), (LENGTH_SHIFT,), linestyle="--"),
+        Curve("recycled responses trained (right)", metric(RECYCLED), (RECYCLED,), linestyle=":", right=True),
+    ),
+    right_ylabel="responses",
+)
 PANELS = (
     TRAIN_ACCURACY, VALIDATION, KEEP_RATE_AND_ROUNDS,
     TOKENS, ENTROPY_PANEL, CLIP_FRACTIONS,
     RESPONSE_LENGTH_PANEL, OVERLONG, STEP_TIME_PANEL,
-    POLICY_LAG_PANEL,
+    POLICY_LAG_PANEL, SELECTION_PANEL,
 )  # fmt: skip
 
 

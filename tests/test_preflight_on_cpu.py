@@ -74,6 +74,24 @@ def test_v1_trainer_in_sync_and_colocate_async_modes_passes_and_the_log_says_whi
     )
 
 
+def test_one_round_runs_on_v1_colocate_async_only_and_says_what_to_add_elsewhere(data):
+    """Positive control first: the mode passes where it can run (partial rollout), then each trainer that cannot is
+    refused naming the two overrides, and a verl off-policy threshold that would drop what the bound keeps."""
+    from recipe_dapo.preflight import check_config
+
+    one_round = "dapo.dynamic_sampling.one_round=true"
+    check_config(compose_recipe_config(small_run(data, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async",
+                                                 one_round)))
+    classic = refusal(small_run(data, one_round))
+    assert "on the classic trainer" in classic and "trainer.use_v1=true trainer.v1.trainer_mode=colocate_async" in classic
+    assert "trainer.v1.trainer_mode=sync" in refusal(small_run(data, "trainer.use_v1=true", one_round))
+    tight = refusal(small_run(data, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async", one_round,
+                              "trainer.v1.sampler.max_off_policy_threshold=1"))
+    assert "Set trainer.v1.sampler.max_off_policy_threshold=2" in tight
+    assert "max_staleness=0" in refusal(small_run(data, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async",
+                                                  one_round, "dapo.dynamic_sampling.max_staleness=0"))
+
+
 @pytest.mark.parametrize("metric", ["reward", "seq_reward", "seq_final_reward", "overlong_reward"])
 def test_filtering_on_a_score_the_overlong_punishment_shapes_is_refused_in_one_line_naming_the_fix(data, metric):
     """With the punishment on (the recipe's default), all-correct groups differing only in length have a spread on

@@ -81,7 +81,7 @@ class ScriptedRollouts:
         return num_prompts
 
 
-def make_buffer(rollouts, **dynamic_sampling):
+def make_buffer(rollouts, trainer_mode="sync", **dynamic_sampling):
     from omegaconf import OmegaConf
 
     from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
@@ -91,7 +91,7 @@ def make_buffer(rollouts, **dynamic_sampling):
         "dynamic_sampling": {"poll_interval_s": 0.01, "safety_margin": 1.0, **dynamic_sampling},
         "train_batch_size": BATCH, "gen_batch_size": 16, "ppo_mini_batch_size": 1,
     })
-    return DAPOReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None,
+    return DAPOReplayBuffer(trainer_mode=trainer_mode, trainer_config={}, max_off_policy_threshold=None,
                             max_off_policy_strategy="drop", sampler_kwargs=sampler_kwargs, refill_fn=rollouts)
 
 
@@ -483,3 +483,51 @@ def test_async_groups_submitted_in_an_earlier_step_count_their_age_from_it(trans
         assert not {key.split("_", 1)[0] for key in tq.kv_list("train")["train"]} & early_uids  # freed
     else:
         assert trained >= early_uids and metrics["dynamic_sampling/carried_in_groups"] == 2
+
+
+class ResumedRollouts(ScriptedRollouts):
+    """Groups written as verl's partial rollout leaves a response resumed after a weight update: generated from
+    version ``step - 1`` to ``step`` (``min_global_steps`` < ``max_global_steps``)."""
+
+    def __call__(self, num_prompts: int) -> int:
+        done = super().__call__(num_prompts)
+        listing = self.tq.kv_list("train")["train"]
+        for key, tag in listing.items():
+            if key.split("_", 1)[0] not in self.uids[-num_prompts:]:
+                continue
+            if tag.get("is_prompt"):  # submitted in the step before
+                self.tq.kv_put(key=key, partition_id="train", tag={**tag, "global_steps": self.step - 1})
+            else:
+                self.tq.kv_put(key=key, partition_id="train", tag={**tag, "min_global_steps": self.step - 1})
+        return done
+
+
+def test_one_round_waits_only_for_overdue_prompts_and_counts_the_recycled_responses_it_trains(transfer_queue):
+    """colocate_async with one_round: prompt markers still generating from step 1 are overdue at step 2 (aborted
+    again they would train two updates late); one from step 2 is not. Two groups resumed across the update (tagged
+    1 -> 2) finish before step 2 polls: trained first (the oldest), counted as recycled, with the step's lengths."""
+    tq = transfer_queue
+    clear_partition(tq)
+    with pytest.raises(ValueError, match="colocate_async"):
+        make_buffer(ScriptedRollouts(tq, [MIXED]), max_staleness=1, one_round=True)
+    running = {uid: step for uid, step in ((str(uuid.uuid4()), 1), (str(uuid.uuid4()), 1), (str(uuid.uuid4()), 2))}
+    for uid, step in running.items():
+        tq.kv_put(key=uid, partition_id="train", tag={"is_prompt": True, "status": "running", "global_steps": step})
+    buffer = make_buffer(ScriptedRollouts(tq, [MIXED]), trainer_mode="colocate_async", max_staleness=1,
+                         one_round=True)
+    buffer.groups.resume_in_flight(len(running))
+    buffer.groups.step = 2
+    assert buffer.groups.poll() is None and buffer.groups.overdue() == 2
+    resumed = ResumedRollouts(tq, [MIXED])
+    resumed.step = 2
+    resumed(2)
+    for uid in running:  # they finish (empty: counted as failed and dropped), so the step can end
+        tq.kv_put(key=uid, partition_id="train", tag={"status": "failure"})
+    buffer.groups.resume_in_flight(len(running) + 2)
+    batch, metrics = buffer.sample(global_steps=2, partition_id="train", batch_size=BATCH)
+    trained = {key.split("_", 1)[0] for key in batch.keys}
+    assert set(resumed.uids) <= trained
+    assert metrics["selection/recycled_responses"] == 2 * N
+    assert metrics["selection/trained_length_mean"] == pytest.approx(6.5)
+    assert metrics["selection/length_ks"] == 0.0 and metrics["selection/trained_solve_rate"] == 0.5
+    clear_partition(tq)

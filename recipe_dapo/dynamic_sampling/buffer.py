@@ -60,7 +60,7 @@ class GroupBuffer:
         return np.concatenate([segment.group_ids[segment.start :] for segment in self._segments])
 
     def add(self, payload: Any, group_ids: np.ndarray, offsets: np.ndarray, born_step: int) -> None:
-        """Append groups: group g of ``group_ids`` is rows ``offsets[g]:offsets[g + 1]`` of ``payload``, generated
+        """Add groups (after every pooled group born no later): group g of ``group_ids`` is rows ``offsets[g]:offsets[g + 1]`` of ``payload``, generated
         during training step ``born_step``."""
         if group_ids.shape[0] == 0:
             return
@@ -69,7 +69,13 @@ class GroupBuffer:
                 f"segment of {group_ids.shape[0]} groups ends at row {int(offsets[-1])} but its payload has "
                 f"{self._ops.length(payload)} rows"
             )
-        self._segments.append(_Segment(payload, np.asarray(group_ids), np.asarray(offsets, np.int64), int(born_step)))
+        segment = _Segment(payload, np.asarray(group_ids), np.asarray(offsets, np.int64), int(born_step))
+        # Oldest first by birth, not by arrival: a streaming source with partial rollouts returns groups of an earlier
+        # step after groups of this one, and those are the ones that must train first (or be dropped first).
+        at = len(self._segments)
+        while at > 0 and self._segments[at - 1].born_step > segment.born_step:
+            at -= 1
+        self._segments.insert(at, segment)
 
     def payloads_by_step(self) -> list[tuple[Any, int]]:
         """Each segment's payload (whole, taken rows included) with the training step its groups were generated in,

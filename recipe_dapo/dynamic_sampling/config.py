@@ -152,6 +152,22 @@ class DynamicSamplingSettings:
     keep_rule_args: Dict[str, Any] = field(default_factory=dict)
     """The rule's parameters, e.g. ``{low: 0.2, high: 0.8}`` for ``band`` (its defaults) or ``{min_std: 0.3}``."""
 
+    one_round: bool = False
+    """One generation round per step (verl's v1 trainer in ``colocate_async`` mode only:
+    ``trainer.use_v1=true trainer.v1.trainer_mode=colocate_async``). A step submits, as it starts, enough prompts to
+    fill its batch in one round (with probability ``one_round_confidence`` at the keep-rate estimate, the prompts
+    carried in flight from the last step counted), judges groups as they finish, and once the batch is full aborts
+    what is still generating: the aborted responses keep their tokens and finish in the next step's round under the
+    new weights (the behaviour-policy correction weights their older tokens). A prompt that could not be trained within
+    ``max_staleness`` steps if it were aborted again is finished before the step ends, never dropped for its age.
+    Refused on the classic trainer (verl's generation call there returns only when every response of the batch has
+    finished: an abort would lose the partial responses) and on v1 ``sync`` (it drains every prompt in flight)."""
+
+    one_round_confidence: float = 0.9
+    """``one_round``: the probability, at the keep-rate estimate (a binomial draw per prompt), that the prompts a step
+    submits plus those in flight fill its batch without a second submission. Higher submits more prompts (those
+    unfinished at the step's end carry over); lower risks a refill, which waits for its own longest response."""
+
     allow_shaped_filter_metric: bool = False
     """Allow ``algorithm.filter_groups.metric`` to be a shaped score (``reward``, ``seq_reward``, ``seq_final_reward``,
     ``overlong_reward``) while the overlong punishment is on. Refused by default: on the shaped score a group whose
@@ -303,6 +319,19 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
             raise ValueError(
                 f"data.gen_batch_size={self.gen_batch_size} is not a multiple of "
                 f"{NAMESPACE}.prompt_granularity={self.prompt_granularity}; change one of them"
+            )
+        if not isinstance(self.one_round, bool):
+            raise ValueError(f"{NAMESPACE}.one_round must be true or false, got {self.one_round!r}")
+        if not 0.0 < float(self.one_round_confidence) < 1.0:
+            raise ValueError(
+                f"{NAMESPACE}.one_round_confidence={self.one_round_confidence!r} must be in (0, 1): the probability "
+                "that one submission fills the batch (0.9 is the default)"
+            )
+        if self.one_round and self.max_staleness < 1:
+            raise ValueError(
+                f"{NAMESPACE}.one_round=true with max_staleness=0: a response aborted when the batch is full finishes "
+                "in the next step, one policy update later, so max_staleness=0 would refuse every one of them; set "
+                f"{NAMESPACE}.max_staleness=1 (or more), or one_round=false"
             )
         if self.max_staleness and self.prompt_granularity > self.train_batch_size * self.max_staleness:
             raise ValueError(

@@ -22,7 +22,9 @@ holds finished groups in TransferQueue; ``recipe_dapo.trainers.v1``)::
     sampler.begin_step(step)
     loop:
         sampler.add_round(stream.poll(), counts_as_round=False)    # groups finished since the last poll
-        full:      stop once nothing is in flight (drain=True: the in-flight groups are pooled as surplus)
+        full:      stop once nothing is in flight (drain=True: the in-flight groups are pooled as surplus);
+                   drain=False (partial rollouts): stop now, what is in flight resumes next step, except the
+                   prompts that would then exceed max_staleness (stream.overdue()): the step waits for those
         arriving:  groups came back and others are in flight: a wave is finishing, wait (at most SETTLE_POLLS)
         not full:  submit sampler.prompts_to_dispatch(in flight)  # deficit the in-flight prompts do not cover,
                                                                   # capped: pooled + in flight <= B * (1 + max_staleness)
@@ -144,6 +146,10 @@ class GroupStream(Protocol):
     def wait(self) -> None:
         """Block until a poll may find something new (a short sleep, or an event)."""
 
+    def overdue(self) -> int:
+        """Prompts in flight that could not be trained within ``max_staleness`` steps if the step ended now and they
+        resumed in the next (``one_round``: the step waits for them). A source without partial rollouts has none."""
+
 
 def collect_streaming_step(
     sampler: DynamicSampler,
@@ -156,6 +162,9 @@ def collect_streaming_step(
 
     ``drain=True`` (a synchronous trainer: the weights change after the step) waits for the prompts still in
     flight when the batch fills and pools their qualifying groups for the next step, instead of discarding them.
+    ``drain=False`` (a source with partial rollouts: what is unfinished resumes next step under the new weights) ends
+    the step when the batch is full, except while ``stream.overdue()`` prompts are in flight (finished first, so
+    that none exceeds ``max_staleness``; their qualifying groups are pooled for the next step).
     """
     sampler.begin_step(step)
     columns: list[dict] = []
@@ -173,10 +182,12 @@ def collect_streaming_step(
         in_flight = stream.in_flight()
         arriving = arriving + 1 if arrived and in_flight else 0
         if sampler.is_full():
+            overdue = _overdue(stream) if not drain and in_flight else 0
             if filled is None:
                 filled = time.monotonic()
                 log.in_flight_at_full = in_flight
-            if not drain or in_flight == 0:
+                log.overdue_at_full = overdue
+            if (not drain and not overdue) or in_flight == 0:
                 break
         elif 0 < arriving < SETTLE_POLLS:
             pass  # a wave is finishing: see the rest of it before sizing a refill on a partial view
@@ -228,7 +239,7 @@ class _StreamLog:
         self.step, self.started = step, started
         self.submitted = self.finished_groups = self.kept_groups = 0
         self.drained_groups = self.drained_kept_groups = 0
-        self.in_flight_at_full = 0
+        self.in_flight_at_full = self.overdue_at_full = 0
 
     def finished(self, groups: int, kept: int, after_full: bool) -> None:
         self.finished_groups += groups
@@ -250,9 +261,16 @@ class _StreamLog:
         return {
             METRIC_PREFIX + "submitted_prompts": float(self.submitted),
             METRIC_PREFIX + "in_flight_at_full": float(self.in_flight_at_full),
+            METRIC_PREFIX + "overdue_at_full": float(self.overdue_at_full),
             METRIC_PREFIX + "drained_groups": float(self.drained_groups),
             METRIC_PREFIX + "drained_kept_groups": float(self.drained_kept_groups),
         }
+
+
+def _overdue(stream: GroupStream) -> int:
+    """``stream.overdue()``; 0 for a source that does not define it (no partial rollouts)."""
+    method = getattr(stream, "overdue", None)
+    return int(method()) if method is not None else 0
 
 
 def _pool_scored(sampler: DynamicSampler, scored: ScoredRound, columns: list[dict], counts_as_round: bool):

@@ -39,7 +39,7 @@ from recipe_dapo.dynamic_sampling.batch_ops import NUMPY_OPS, BatchOps
 from recipe_dapo.dynamic_sampling.buffer import GroupBuffer
 from recipe_dapo.dynamic_sampling.config import NAMESPACE, DynamicSamplingConfig
 from recipe_dapo.dynamic_sampling.group_stats import GroupStats, group_statistics
-from recipe_dapo.dynamic_sampling.sizing import MIN_KEEP_RATE, KeepRateEstimate, next_round_prompts
+from recipe_dapo.dynamic_sampling.sizing import MIN_KEEP_RATE, KeepRateEstimate, next_round_prompts, one_round_prompts
 from recipe_dapo.dynamic_sampling.skipping import PromptSkipper, take_unskipped
 
 logger = logging.getLogger(__name__)
@@ -176,9 +176,19 @@ class DynamicSampler:
 
         The in-flight prompts are counted at the keep-rate estimate (all of them with the filter off), so a
         refill is sized to the deficit they are not expected to cover; 0 when they cover it, when the batch is
-        full, or when the step's budget (which counts in-flight prompts) is spent.
+        full, or when the step's budget (which counts in-flight prompts) is spent. With ``one_round`` the step's
+        submission is sized to fill the batch at ``one_round_confidence`` (``sizing.one_round_prompts``).
         """
         self._require_open_step("prompts_to_dispatch")
+        if self.config.one_round:
+            # What is unfinished at the end is aborted and resumes next step, not drained into the pool: no room cap.
+            # After the step's first submission, another only when what is in flight is no longer expected to fill
+            # the batch (each submission waits for its own longest response).
+            missing = self.config.train_batch_size - self._pool.num_groups
+            keep_rate = self._keep_rate.value if self.config.enable else 1.0
+            if self._tally.dispatched_prompts and in_flight * keep_rate >= missing:
+                return 0
+            return one_round_prompts(self.config, missing, in_flight, self._keep_rate.value, self._prompts_used())
         keep_rate = self._keep_rate.value if self.config.enable else 1.0
         expected = self._pool.num_groups + in_flight * max(keep_rate, MIN_KEEP_RATE)
         missing = math.ceil(self.config.train_batch_size - expected - 1e-9)

@@ -7,6 +7,11 @@ estimate p::
     prompts = clip(prompts, min_round, max_round), rounded up to a multiple of prompt_granularity
     prompts = min(prompts, prompts left in the step's max_num_gen_batches budget)
 
+One-round sizing (``one_round=true``, a streaming source that aborts what is unfinished when the batch is full),
+with M groups missing, I prompts already in flight and confidence c: the fewest new prompts N with
+``P(Binomial(I + N, p) >= M) >= c`` (normal approximation with a continuity correction), rounded up to the
+granularity and within the step's budget (``min_round``/``max_round`` do not apply: the round is the step).
+
 Whole sizing (``round_sizing=whole``): ``gen_batch_size`` prompts, as in the paper. With the filter
 disabled (``algorithm.filter_groups.enable=false``) a deficit round is exactly the M missing prompts
 (rounded up to the granularity).
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Optional
 
 from recipe_dapo.dynamic_sampling.config import DynamicSamplingConfig
@@ -93,3 +99,37 @@ def _budget_left(config: DynamicSamplingConfig, prompts_generated_this_step: int
         return None
     left = max(budget - prompts_generated_this_step, 0)
     return left - left % config.prompt_granularity
+
+
+def one_round_prompts(
+    config: DynamicSamplingConfig, missing_groups: int, in_flight: int, keep_rate: float,
+    prompts_generated_this_step: int,
+) -> int:
+    """New prompts that, with the ``in_flight`` ones, fill ``missing_groups`` with probability
+    ``config.one_round_confidence`` (the module docstring); 0 when the prompts in flight already do."""
+    if missing_groups <= 0:
+        return 0
+    p = 1.0 if not config.enable else min(max(keep_rate, MIN_KEEP_RATE), 1.0)
+    z = _normal_quantile(float(config.one_round_confidence))
+    total = fill_count(missing_groups, p, z)
+    prompts = max(total - int(in_flight), 0)
+    if prompts == 0:
+        return 0
+    prompts = -(-prompts // config.prompt_granularity) * config.prompt_granularity
+    budget_left = _budget_left(config, prompts_generated_this_step)
+    return prompts if budget_left is None else min(prompts, budget_left)
+
+
+def fill_count(missing: int, keep_rate: float, z: float) -> int:
+    """The fewest prompts n with ``n p - z sqrt(n p (1 - p)) >= missing - 1/2`` (``missing`` groups kept with
+    probability ``Phi(z)``, each prompt kept with probability ``p``)."""
+    if keep_rate >= 1.0:
+        return int(missing)
+    # In x = sqrt(n): p x^2 - z sqrt(p (1 - p)) x - (missing - 1/2) = 0, the positive root.
+    a, b, c = keep_rate, -z * math.sqrt(keep_rate * (1.0 - keep_rate)), -(missing - 0.5)
+    root = (-b + math.sqrt(b * b - 4.0 * a * c)) / (2.0 * a)
+    return max(int(math.ceil(root * root - 1e-9)), int(missing))
+
+
+def _normal_quantile(probability: float) -> float:
+    return NormalDist().inv_cdf(probability)

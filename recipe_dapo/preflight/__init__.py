@@ -37,7 +37,8 @@ from recipe_dapo.preflight.inputs import rule_data_files, rule_model_path, rule_
 from recipe_dapo.preflight.memory_rule import rule_memory_plan
 from recipe_dapo.preflight.reward import rule_legacy_keys, rule_reward
 from recipe_dapo.preflight.sampling import rule_dynamic_sampling, rule_filter_metric, rule_prompt_keys
-from recipe_dapo.preflight.trainers import rule_ignored_options, rule_preemption, rule_trainer, rule_v1_installed
+from recipe_dapo.preflight.trainers import rule_ignored_options, rule_one_round, rule_preemption, rule_trainer, \
+    rule_v1_installed
 from recipe_dapo.preflight.verl import rule_registries, rule_verl_configs
 from recipe_dapo.preflight.versions import rule_verl_version
 
@@ -46,6 +47,7 @@ __all__ = ["CheckReport", "DAPOConfigError", "RULES", "VERL_RULES", "check_confi
 RULES: tuple[Rule, ...] = (
     rule_verl_version,
     rule_trainer,
+    rule_one_round,
     rule_ignored_options,
     rule_preemption,
     rule_algorithm,

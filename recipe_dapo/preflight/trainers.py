@@ -60,6 +60,34 @@ def rule_trainer(config: DictConfig, report: CheckReport) -> Iterable[str]:
         )
 
 
+def rule_one_round(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """dapo.dynamic_sampling.one_round=true ends a step when its batch is full and resumes the unfinished responses in
+    the next: verl's v1 trainer in colocate_async mode (partial rollout) is the one that can."""
+    if not select(config, "dapo.dynamic_sampling.one_round", False):
+        return
+    use_v1 = bool(select(config, "trainer.use_v1", False))
+    mode = select(config, "trainer.v1.trainer_mode", "sync")
+    if not use_v1 or mode != "colocate_async":
+        where = ("the classic trainer: verl's generation call there returns only when every response of the batch "
+                 "has finished, and an aborted batch's partial responses would be lost") if not use_v1 else (
+            f"trainer.v1.trainer_mode={mode}: it waits for every prompt in flight before the update by design")
+        yield (
+            f"dapo.dynamic_sampling.one_round=true on {where}. One round per step needs verl's v1 trainer with "
+            "partial rollout: add trainer.use_v1=true trainer.v1.trainer_mode=colocate_async, or set "
+            "dapo.dynamic_sampling.one_round=false"
+        )
+        return
+    threshold = select(config, "trainer.v1.sampler.max_off_policy_threshold", None)
+    staleness = int(select(config, "dapo.dynamic_sampling.max_staleness", 1))
+    if threshold is not None and int(threshold) < staleness + 1:
+        yield (
+            f"trainer.v1.sampler.max_off_policy_threshold={threshold} with dapo.dynamic_sampling.one_round=true and "
+            f"max_staleness={staleness}: a response aborted when a batch fills finishes in the next step, which that "
+            f"threshold counts as {staleness + 1} steps; verl's threshold would drop what the recipe's bound keeps. "
+            f"Set trainer.v1.sampler.max_off_policy_threshold={staleness + 1} (or more, or null)"
+        )
+
+
 def rule_v1_installed(config: DictConfig, report: CheckReport) -> Iterable[str]:
     """trainer.use_v1=true needs TransferQueue, which verl installs only with its verl-core extra."""
     if not select(config, "trainer.use_v1", False):

@@ -53,6 +53,7 @@ from recipe_dapo.dynamic_sampling import (
     collect_step,
     trajectory_metric,
 )
+from recipe_dapo.dynamic_sampling.selection import LENGTH_COLUMN, SOLVED_COLUMN, selection_metrics
 from recipe_dapo.loss.reference_reset import reset_due
 from recipe_dapo.policy_lag import POLICY_VERSION, row_lags, stamp
 from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
@@ -243,6 +244,11 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         metrics.update(collected.metrics)
         if collected.rounds:  # reward metrics describe everything scored this step, before filtering
             metrics.update(scored_round_metrics(collected.scored_columns))
+        if collected.batch is not None:  # what is trained against what finished (no partial rollouts: none recycled)
+            trained = collected.batch
+            metrics.update(selection_metrics(
+                trained.batch["response_mask"].sum(-1).numpy(), collected.scored_columns.get(LENGTH_COLUMN),
+                trained.non_tensor_batch.get(SOLVED_COLUMN), collected.scored_columns.get(SOLVED_COLUMN)))
         return collected.batch
 
     def _groups_multiple(self) -> int:
@@ -259,7 +265,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 self.config.algorithm.filter_groups.metric, rollouts.batch, rollouts.non_tensor_batch
             ),
             generated_tokens=int(rollouts.batch["response_mask"].sum()),
-            columns=rollouts.non_tensor_batch,
+            columns={**rollouts.non_tensor_batch, LENGTH_COLUMN: rollouts.batch["response_mask"].sum(-1).numpy()},
         )
 
     def generate_and_score(self, prompts: DataProto, timing: dict) -> DataProto:

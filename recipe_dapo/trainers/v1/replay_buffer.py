@@ -46,6 +46,7 @@ from recipe_dapo.dynamic_sampling import (
 )
 from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
 from recipe_dapo.dynamic_sampling.config import sampler_config
+from recipe_dapo.dynamic_sampling.selection import LENGTH_COLUMN, SOLVED_COLUMN, selection_metrics
 from recipe_dapo.trainers.step_metrics import scored_round_metrics
 from recipe_dapo.trainers.rollout_health import ERROR_TAG, FATAL_TAG, RolloutDied, StallWatch, fatal_failure_message
 from recipe_dapo.trainers.table import V1_TRAINER_MODES, v1_entry
@@ -91,7 +92,10 @@ class TransferQueueGroups:
         self.failed_groups = 0
         self.off_policy_groups = 0
         self.tags: dict[str, dict] = {}  # trajectory key -> TransferQueue tag, for groups judged and not yet freed
+        self.solved: dict[str, float] = {}  # trajectory key -> its correctness, for the same groups
         self._keys_of: dict[str, list[str]] = {}  # uid -> its trajectory keys
+        self.overdue_after: Optional[int] = None  # one_round: max_staleness (``overdue``)
+        self._overdue = 0
         self.watch = StallWatch(None, 0.0)  # the trainer sets the rollout's liveness probe
         self.give_up: Callable[[], None] = lambda: None  # the trainer's pre-emption check (``preemption.GiveUpCheck``)
 
@@ -114,9 +118,22 @@ class TransferQueueGroups:
         self.watch.check(self.in_flight())
         self.give_up()
 
+    def overdue(self) -> int:
+        """Prompts still generating (as of the last poll) that, aborted now and resumed next step, would be trained
+        more than ``max_staleness`` policy updates after their first token: verl tags a prompt with the step that
+        submitted it (``global_steps``; its first tokens come from that step's weights, version ``global_steps - 1``),
+        and a step ending at ``step`` trains what it aborted at ``step + 1`` at the earliest."""
+        return self._overdue
+
     def poll(self) -> Optional[ScoredRound]:
         listing = tq.kv_list(self._partition_id) or {}
         items = listing.get(self._partition_id, {})
+        if self.overdue_after is not None:
+            self._overdue = sum(
+                1 for tag in items.values()
+                if tag.get("is_prompt", False) and tag.get("status") not in ("finished", "failure")
+                and self.step + 1 - int(tag.get("global_steps", self.step)) > self.overdue_after
+            )
         terminal: dict[str, str] = {}
         trajectories: dict[str, list[str]] = defaultdict(list)
         for key, tag in items.items():
@@ -158,6 +175,9 @@ class TransferQueueGroups:
         for key in keys:
             self.tags[key] = items[key]
         columns, metric_values = self._scores(keys)
+        columns[LENGTH_COLUMN] = np.array([int(items[key].get("response_len", 0)) for key in keys], dtype=np.int64)
+        if SOLVED_COLUMN in columns:
+            self.solved.update(zip(keys, np.asarray(columns[SOLVED_COLUMN], dtype=np.float64).tolist()))
         return ScoredRound(
             rollouts=np.array(keys, dtype=object),
             group_ids=np.array([_uid_of(key) for key in keys], dtype=object),
@@ -176,6 +196,8 @@ class TransferQueueGroups:
         """The training batch verl's pipeline reads: these trajectories, with their tags."""
         keys = [str(key) for key in keys]
         tags = [self.tags.pop(key) for key in keys]
+        for key in keys:
+            self.solved.pop(key, None)
         for uid in {_uid_of(key) for key in keys}:
             self._keys_of.pop(uid, None)
         return KVBatchMeta(partition_id=self._partition_id, keys=keys, tags=tags)
@@ -186,11 +208,25 @@ class TransferQueueGroups:
         keys = [key for uid in uids for key in self._keys_of.pop(str(uid), [])]
         for key in keys:
             self.tags.pop(key, None)
+            self.solved.pop(key, None)
         if keys:
             tq.kv_clear(keys=keys, partition_id=self._partition_id)
 
     def keys_of(self, uids) -> list[str]:
         return [key for uid in uids for key in self._keys_of.get(str(uid), [])]
+
+    def selection(self, keys, scored_columns: dict) -> dict[str, float]:
+        """``dynamic_sampling.selection``'s metrics for the trajectories ``keys`` about to be trained, against every
+        trajectory scored this step (``scored_columns``). A trajectory resumed after a weight update spans several
+        policy versions (verl's ``min_global_steps`` < ``max_global_steps``): it counts as recycled."""
+        tags = [self.tags[str(key)] for key in keys]
+        solved = [self.solved.get(str(key)) for key in keys]
+        recycled = sum(1 for tag in tags if tag.get("min_global_steps") is not None
+                       and tag.get("max_global_steps") is not None
+                       and int(tag["max_global_steps"]) > int(tag["min_global_steps"]))
+        return selection_metrics(
+            [int(tag.get("response_len", 0)) for tag in tags], scored_columns.get(LENGTH_COLUMN),
+            None if any(value is None for value in solved) else solved, scored_columns.get(SOLVED_COLUMN), recycled)
 
     def resume_in_flight(self, prompts: int) -> None:
         """After a resume in an async mode: verl restored (and re-issues) this many prompt groups still generating."""
@@ -250,6 +286,11 @@ class DAPOReplayBuffer(ReplayBuffer):
             poll_interval_s=float(self.config.poll_interval_s),
             max_span=None if self.drain else max_off_policy_threshold,
         )
+        if self.config.one_round:
+            if self.drain:
+                raise ValueError(f"dapo.dynamic_sampling.one_round=true needs trainer.v1.trainer_mode=colocate_async "
+                                 f"(partial rollout), not {trainer_mode} (the start-up rules refuse this)")
+            self.groups.overdue_after = int(self.config.max_staleness)
         self.groups_multiple_of = int(kwargs.get("ppo_mini_batch_size") or 1)
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
@@ -272,6 +313,8 @@ class DAPOReplayBuffer(ReplayBuffer):
             metrics[METRIC_PREFIX + "off_policy_dropped_groups"] = float(self.groups.off_policy_groups)
         if collected.scored_columns:
             metrics.update(scored_round_metrics(collected.scored_columns))
+        if collected.batch is not None and len(collected.batch):
+            metrics.update(self.groups.selection(collected.batch, collected.scored_columns))
         if collected.batch is None or len(collected.batch) == 0:
             raise DynamicSamplingExhausted(
                 f"step {global_steps}: no group qualified within algorithm.filter_groups.max_num_gen_batches="
