@@ -285,10 +285,11 @@ def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
 
 @acting_on("v1")
 def v1_engine_kill(copied: Path, work_dir: Path, assets: dict) -> Acted:
-    """The v1 run resumed from step 1 in colocate_async mode (3 steps, each saved), its vLLM engine processes killed
-    (kill -9) once step 2 is on the console; ``found``: how many engines were killed."""
+    """The v1 run resumed from step 1 in colocate_async mode with one round per step (3 steps, each saved), its vLLM
+    engine processes killed (kill -9) once step 2 is on the console; ``found``: how many engines were killed."""
     folder, run = _resumed_after_step_1(
-        copied, work_dir, assets, "v1", "trainer.v1.trainer_mode=colocate_async", "trainer.total_training_steps=3",
+        copied, work_dir, assets, "v1", "trainer.v1.trainer_mode=colocate_async",
+        "dapo.dynamic_sampling.one_round=true", "trainer.total_training_steps=3",
         "trainer.test_freq=-1", "trainer.save_freq=1", "dapo.overlong_filter.enable=true",
         until="step 2/3", log_name="resumed.log")
     engines = run.descendants_named("EngineCore")

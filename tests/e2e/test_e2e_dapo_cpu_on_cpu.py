@@ -182,7 +182,10 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
       (``dynamic_sampling/in_flight_prompts``), and step 2's checkpoint holds the sampler's state beside verl's
       TransferQueue snapshot;
     - a dying engine: its vLLM engine process is killed (kill -9) during step 3, and the run ends within seconds with
-      one line naming what died and the end-of-run summary, where verl's v1 loop alone waits forever.
+      one line naming what died and the end-of-run summary, where verl's v1 loop alone waits forever;
+    - one round per step (``dapo.dynamic_sampling.one_round``): the step ends when its batch is full, what it trained is
+      measured against what finished (``selection/*``), and the prompts that would exceed ``max_staleness`` are
+      counted (``dynamic_sampling/overdue_at_full``).
 
     verl v1's streaming refills depend on the order in which groups finish, so the steps are not compared with the
     uninterrupted run."""
@@ -220,6 +223,12 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
         assert full_or_flagged_partial(steps[step])
         assert math.isfinite(steps[step]["actor/pg_loss"])
     assert "dynamic_sampling/in_flight_prompts" in steps[2] and "dynamic_sampling/off_policy_dropped_groups" in steps[2]
+    one_round = steps[2]
+    assert one_round["dynamic_sampling/overdue_at_full"] == 0  # step 1 (sync) left nothing in flight
+    assert one_round["selection/trained_length_mean"] > 0 and "selection/recycled_responses" in one_round
+    assert 0.0 <= one_round["selection/trained_solve_rate"] <= 1.0
+    if one_round["dynamic_sampling/generated_groups"]:  # (a batch filled by step 1's pool finishes nothing new)
+        assert 0.0 <= one_round["selection/length_ks"] <= 1.0 and one_round["selection/finished_length_mean"] > 0
     checkpoint = resumed / "checkpoints" / "global_step_2"
     assert (checkpoint / "dapo_state.pt").exists() and (checkpoint / "transfer_queue").exists()
 
