@@ -127,6 +127,20 @@ def run_four_steps(run_dir) -> tuple[str, DAPOTracking]:
     return stream.getvalue(), tracking
 
 
+def test_the_module_docstring_shows_the_summary_lines_as_printed(run_dir):
+    """The example at the top of ``tracking/console.py`` has the summary's lines, labelled as the console prints them."""
+    import re
+
+    import recipe_dapo.tracking.console as console
+
+    def labels(lines: list[str]) -> list[str]:
+        return [re.sub(r"\d+", "N", line.split(":", 1)[0].strip()) for line in lines]
+
+    example = console.__doc__.split("run finished:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    output, _ = run_four_steps(run_dir)
+    assert labels(example) == labels(output.split("run finished:", 1)[1].splitlines()[1:])
+
+
 def test_console_prints_one_short_line_per_step_and_validation_and_a_summary(run_dir):
     output, tracking = run_four_steps(run_dir)
     lines = output.splitlines()

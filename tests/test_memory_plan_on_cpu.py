@@ -216,3 +216,80 @@ def test_dry_run_prints_the_table_and_start_up_refuses_over_the_card():
     assert refused.returncode == 1
     assert "memory plan: actor update needs" in refused.stderr + refused.stdout
     assert "Traceback" not in refused.stderr
+
+
+# ------------------------------------------------------------------------------- the plan at expected token counts
+
+def _expected(layout: Layout, prompt: int, response: int) -> Layout:
+    return dataclasses.replace(layout, expected_prompt=prompt, expected_response=response,
+                               expected_source=f"prompts {prompt} and responses {response} tokens (stated)")
+
+
+def test_fixed_micro_batches_plan_the_expected_token_counts_beside_the_worst_case():
+    # 4 sequences a micro-batch: 4 x 1,024 tokens at full length, 4 x (128 + 256) = 1,536 at the expected lengths.
+    layout = _expected(dataclasses.replace(HAND_LAYOUT, dynamic=False), 128, 256)
+    plan = plan_memory(layout, HAND, 1 * GIB)
+    worst = plan_memory(dataclasses.replace(layout, expected_prompt=None, expected_response=None), HAND, 1 * GIB)
+    at_mean = plan_memory(dataclasses.replace(layout, prompt=128, response=256, expected_prompt=None,
+                                              expected_response=None), HAND, 1 * GIB)
+    update = next(p for p in plan.phases if p.name == "actor update")
+    assert update.tokens == 4096 and update.peak == next(p for p in worst.phases if p.name == "actor update").peak
+    assert plan.expected["actor update"] == next(p for p in at_mean.phases if p.name == "actor update").peak
+    assert plan.expected["actor update"] < update.peak
+    assert plan.expected["optimizer step"] == next(p for p in plan.phases if p.name == "optimizer step").peak
+    table = plan.table()
+    assert "expected GiB" in table[1] and "peak GiB" in table[1]
+    assert any(line.startswith("  peak: every sequence at its maximum length") and "(stated)" in line for line in table)
+
+
+def test_dynamic_micro_batches_that_fill_their_budget_expect_the_worst_case_update():
+    # 16 rows x 384 expected tokens = 6,144 > the 2,048-token budget: the micro-batch is full either way.
+    plan = plan_memory(_expected(HAND_LAYOUT, 128, 256), HAND, 1 * GIB)
+    update = next(p for p in plan.phases if p.name == "actor update")
+    assert plan.expected["actor update"] == update.peak
+    assert any("actor update's peak is the worst case's" in note for note in plan.notes)
+    # unpacked batches are padded to the maximum lengths: expected is the worst case in every phase
+    padded = plan_memory(dataclasses.replace(_expected(HAND_LAYOUT, 128, 256), dynamic=False, remove_padding=False),
+                         HAND, 1 * GIB)
+    assert all(padded.expected[p.name] == p.peak for p in padded.phases)
+
+
+def test_the_refusal_is_on_the_worst_case_and_names_the_term_and_the_expected_figure():
+    from recipe_dapo.preflight.memory_rule import over_budget_message
+
+    layout = _expected(dataclasses.replace(HAND_LAYOUT, dynamic=False), 128, 256)
+    probe = plan_memory(layout, HAND, 1 * GIB)
+    update = next(p for p in probe.phases if p.name == "actor update")
+    card = (update.peak + probe.expected["actor update"]) // 2  # the expected peak fits, the worst case does not
+    plan = plan_memory(layout, HAND, card)
+    refused = plan.over_budget()
+    assert "actor update" in [p.name for p in refused]
+    message = over_budget_message(plan, next(p for p in refused if p.name == "actor update"))
+    assert f"the largest term is {update.largest.name}" in message
+    assert "with every sequence at its maximum length" in message
+    assert "at the expected token counts it needs" in message and "would fit until sequences reach" in message
+    # a card the worst case fits is not refused, whatever the expected column says
+    assert plan_memory(layout, HAND, update.peak + GIB).over_budget() == []
+
+
+def test_expected_lengths_come_from_the_settings_or_a_stated_fraction_capped_by_the_overlong_buffer():
+    from omegaconf import OmegaConf
+
+    from recipe_dapo.preflight.memory_plan import EXPECTED_FRACTION, expected_lengths
+
+    buffer = {"reward": {"reward_kwargs": {"overlong_buffer_cfg": {"enable": True, "len": 1800}}}}
+    prompt, response, said = expected_lengths(OmegaConf.create(buffer), 1000, 2000)
+    assert prompt == int(1000 * EXPECTED_FRACTION) and response == 200  # 2,000 - 1,800 < half of 2,000
+    assert "50% of data.max_prompt_length" in said and "where the soft overlong punishment begins" in said
+    stated = OmegaConf.create({**buffer, "dapo": {"memory": {"expected_prompt_tokens": 300,
+                                                             "expected_response_tokens": 5000}}})
+    assert expected_lengths(stated, 1000, 2000)[:2] == (300, 2000)  # never above the maximum
+    assert "dapo.memory.expected_response_tokens" in expected_lengths(stated, 1000, 2000)[2]
+
+
+def test_a_composed_config_plans_its_expected_counts(small_one_gpu):
+    plan = plan_for_config(small_one_gpu("dapo.memory.gpu_memory_gib=23.6", "dapo.memory.expected_prompt_tokens=100",
+                                         "dapo.memory.expected_response_tokens=200"))
+    assert plan.layout.expected_prompt == 100 and plan.layout.expected_response == 200
+    assert set(plan.expected) == {p.name for p in plan.phases}
+    assert "dapo.memory.expected_prompt_tokens" in plan.expected_note

@@ -120,6 +120,12 @@ class MemorySettings:
     the launch scripts' models; null: the model folder's own."""
     overhead_gib: float = 2.0
     """GiB per GPU the plan sets aside for what it does not count: CUDA contexts, NCCL buffers, allocator slack."""
+    expected_prompt_tokens: Optional[int] = None
+    """Mean prompt tokens of the data, for the plan's expected column beside the worst case (the start-up refuses on
+    the worst case only); null: half of ``data.max_prompt_length``."""
+    expected_response_tokens: Optional[int] = None
+    """Mean response tokens, for the plan's expected column; null: half of ``data.max_response_length``, and no more
+    than where the soft overlong punishment begins (``max_response_length - overlong_buffer_cfg.len``)."""
 
 
 @dataclass

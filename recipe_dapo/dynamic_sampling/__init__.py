@@ -3,7 +3,7 @@
 Where things live:
 
 - ``group_stats``    per-group statistics of the filter metric and the keep decision (vectorised)
-- ``keep_rules``     which groups qualify: registered rules (``spread``, ``band``, ``min_std``), chosen by config
+- ``keep_rules``     which groups qualify: the registered rules (``docs/registries.md``), chosen by config
 - ``sizing``         the keep-rate estimate and how many prompts the next round asks for
 - ``buffer``         the FIFO pool of qualifying groups (surplus carry-over)
 - ``sampler``        ``DynamicSampler``: the step protocol, metrics, state_dict

@@ -145,9 +145,9 @@ class DynamicSamplingSettings:
     finished while others still generate (verl's own replay buffer waits a fixed 2 s)."""
 
     keep_rule: str = DEFAULT_KEEP_RULE
-    """Which groups qualify (``keep_rules``): ``spread`` (the paper: responses do not all score the same),
-    ``band`` (spread and a success rate within [low, high]) or ``min_std`` (spread and a standard deviation of at
-    least min_std); a new rule is a function plus ``@register_keep_rule``."""
+    """Which groups qualify: a rule registered in ``keep_rules`` (the default ``spread`` is the paper's: responses
+    do not all score the same; every rule is in [registries.md](registries.md#keep-rules)); a new rule is a function
+    plus ``@register_keep_rule``."""
 
     keep_rule_args: Dict[str, Any] = field(default_factory=dict)
     """The rule's parameters, e.g. ``{low: 0.2, high: 0.8}`` for ``band`` (its defaults) or ``{min_std: 0.3}``."""

@@ -8,7 +8,7 @@ whose responses do not all score the same, because GRPO gives such groups a zero
 where m_i is the filter metric of response i. Single-response groups are kept, as in the reference
 implementation (their spread is undefined, not zero). ``tolerance`` absorbs float noise, e.g. a score
 summed from float32 token rewards: 0.1 + 0.2 and 0.3 are the same value. That is the ``spread`` keep rule;
-``keep_rules`` holds the others (a band on the success rate, a minimum standard deviation) and their registry.
+``keep_rules`` holds the registry of rules (``docs/registries.md`` lists them).
 
 A group of two or more responses whose spread is within ``tolerance`` is *uniform*; with common value v
 (the group mean) it is

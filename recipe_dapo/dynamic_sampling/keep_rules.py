@@ -3,24 +3,18 @@
 A keep rule is a function of one round's per-group statistics (:class:`GroupView`, arrays of shape [G]) that
 returns a boolean mask [G] of the groups to keep. Its parameters are keyword-only arguments, given by
 ``dapo.dynamic_sampling.keep_rule_args``; a parameter without a default must be given. A new rule is one
-function plus its registration::
+function plus its registration, with the one line that says what it keeps::
 
-    @register_keep_rule("top_heavy", check=lambda args: [] if args["above"] >= 0 else ["above must be >= 0"])
+    @register_keep_rule("top_heavy", check=lambda args: [] if args["above"] >= 0 else ["above must be >= 0"],
+                        doc="groups with spread whose success rate is at least ``above``")
     def top_heavy(groups: GroupView, *, above: float = 0.5) -> np.ndarray:
         return groups.varied & (groups.success_rate >= above)
 
 Whatever the rule, a group of one response is kept (its spread is undefined, not zero), and with the filter off
-(``algorithm.filter_groups.enable=false``) every group is kept. The rules here:
-
-- ``spread`` (default, the paper's eq. 11): the metric is not the same for every response of the group;
-- ``band``: a band-pass on the group's success rate (the fraction of responses whose metric is above 0: for
-  ``acc`` the group mean, for ``score`` the fraction right), ``low <= rate <= high``, among groups with spread
-  (for example keep 0.2-0.8, a band verl users ask for);
-- ``min_std``: the metric's standard deviation within the group (population, ddof=0) is at least ``min_std``,
-  among groups with spread.
-
-The band and the minimum standard deviation are on top of ``spread``: a group whose responses all score the same
-has zero GRPO advantage whatever its mean, so no rule trains on it.
+(``algorithm.filter_groups.enable=false``) every group is kept. Every registered rule, its parameters and what it
+keeps are listed in ``docs/registries.md``, generated from :data:`KEEP_RULES` (``scripts/registries.py``). The
+rules other than ``spread`` (the default, the paper's eq. 11) are on top of it: a group whose responses all score
+the same has zero GRPO advantage whatever its mean, so no rule trains on it.
 """
 
 from __future__ import annotations
@@ -64,6 +58,8 @@ class KeepRule:
     decide: Callable[..., np.ndarray]
     parameters: Mapping[str, inspect.Parameter]
     check: Optional[CheckArgs]
+    doc: str = ""
+    """What the rule keeps, one line (``docs/registries.md`` shows it)."""
 
     def defaults(self) -> dict[str, Any]:
         return {name: p.default for name, p in self.parameters.items() if p.default is not inspect.Parameter.empty}
@@ -72,8 +68,9 @@ class KeepRule:
 KEEP_RULES: dict[str, KeepRule] = {}
 
 
-def register_keep_rule(name: str, check: Optional[CheckArgs] = None):
-    """Register ``decide(groups, *, arg=default, ...) -> bool mask`` under ``name`` (a decorator)."""
+def register_keep_rule(name: str, check: Optional[CheckArgs] = None, doc: Optional[str] = None):
+    """Register ``decide(groups, *, arg=default, ...) -> bool mask`` under ``name`` (a decorator). ``doc``: what the
+    rule keeps, one line (default: the first line of ``decide``'s docstring)."""
 
     def register(decide: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         if name in KEEP_RULES:
@@ -84,10 +81,16 @@ def register_keep_rule(name: str, check: Optional[CheckArgs] = None):
         loose = [p.name for p in params[1:] if p.kind is not p.KEYWORD_ONLY]
         if loose:
             raise TypeError(f"keep rule {name!r}: parameters {loose} must be keyword-only (after '*')")
-        KEEP_RULES[name] = KeepRule(name, decide, {p.name: p for p in params[1:]}, check)
+        meaning = doc if doc is not None else first_line(decide.__doc__)
+        KEEP_RULES[name] = KeepRule(name, decide, {p.name: p for p in params[1:]}, check, " ".join(meaning.split()))
         return decide
 
     return register
+
+
+def first_line(docstring: Optional[str]) -> str:
+    """A docstring's first paragraph on one line ("" for none)."""
+    return " ".join((docstring or "").strip().split("\n\n")[0].split())
 
 
 def keep_rule_problems(name: Any, args: Optional[Mapping[str, Any]]) -> list[str]:
@@ -133,7 +136,7 @@ def resolve_keep_rule(name: str, args: Optional[Mapping[str, Any]] = None) -> Ke
 
 @register_keep_rule("spread")
 def spread(groups: GroupView) -> np.ndarray:
-    """DAPO's rule: the responses do not all score the same."""
+    """The paper's rule (eq. 11): the responses do not all score the same."""
     return groups.varied
 
 
@@ -147,7 +150,8 @@ def _check_band(args: Mapping[str, Any]) -> list[str]:
 
 @register_keep_rule("band", check=_check_band)
 def band(groups: GroupView, *, low: float = 0.2, high: float = 0.8) -> np.ndarray:
-    """Groups with spread whose success rate lies in [low, high] (bounds included)."""
+    """Groups with spread whose success rate (the share of responses whose metric is above 0: for ``acc`` the group
+    mean, for ``score`` the share right) lies in [low, high], bounds included, e.g. 0.2-0.8."""
     return groups.varied & (groups.success_rate >= low) & (groups.success_rate <= high)
 
 
@@ -157,5 +161,5 @@ def _check_min_std(args: Mapping[str, Any]) -> list[str]:
 
 @register_keep_rule("min_std", check=_check_min_std)
 def min_std(groups: GroupView, *, min_std: float) -> np.ndarray:
-    """Groups with spread whose metric has a standard deviation of at least ``min_std``."""
+    """Groups with spread whose metric has a standard deviation (population, ddof=0) of at least ``min_std``."""
     return groups.varied & (groups.std >= min_std)

@@ -1,6 +1,6 @@
 """Overlong responses (DAPO section 3.4), in one home: shaping the reward, telling truncation, filtering the loss.
 
-- ``shaping``     length penalties added to the correctness reward, in a small registry (``soft``: paper eq. 13);
+- ``shaping``     length penalties added to the correctness reward, in a small registry (``docs/registries.md``);
                   a new variant is one function ``(length, max_resp_len, buffer_len, factor) -> float`` plus
                   ``@register_shaping("name")``, chosen with ``reward.reward_kwargs.overlong_buffer_cfg.shape``
 - ``truncation``  the one rule for "truncated": the response used the whole rollout budget and did not end in a

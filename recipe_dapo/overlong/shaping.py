@@ -8,26 +8,33 @@ punishment buffer at its end::
                 = -1                                  if |y| > L_max
 
 The result is scaled by ``penalty_factor`` (1.0 in the paper) and added to the correctness reward. A shaping is
-a function ``(response_length, max_resp_len, buffer_len, penalty_factor) -> float`` registered by name.
+a function ``(response_length, max_resp_len, buffer_len, penalty_factor) -> float`` registered by name with the one
+line that says what it does; ``docs/registries.md`` lists every registered shaping (``scripts/registries.py``).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 Shaping = Callable[[int, int, int, float], float]
 
 SHAPINGS: dict[str, Shaping] = {}
 """name -> shaping function (``reward.reward_kwargs.overlong_buffer_cfg.shape``)."""
 
+SHAPING_DOCS: dict[str, str] = {}
+"""name -> what the shaping does, one line (``docs/registries.md`` shows it)."""
 
-def register_shaping(name: str) -> Callable[[Shaping], Shaping]:
-    """Register a length shaping under ``name``."""
+
+def register_shaping(name: str, doc: Optional[str] = None) -> Callable[[Shaping], Shaping]:
+    """Register a length shaping under ``name``; ``doc``: what it does, one line (default: the first paragraph of the
+    function's docstring)."""
 
     def decorator(function: Shaping) -> Shaping:
         if name in SHAPINGS and SHAPINGS[name] is not function:
             raise ValueError(f"overlong shaping {name!r} is already registered ({SHAPINGS[name].__module__})")
         SHAPINGS[name] = function
+        meaning = doc if doc is not None else (function.__doc__ or "").strip().split("\n\n")[0]
+        SHAPING_DOCS[name] = " ".join(meaning.split())
         return function
 
     return decorator
@@ -57,7 +64,8 @@ def check_overlong_buffer(max_resp_len: int, buffer_len: int) -> None:
         )
 
 
-@register_shaping("soft")
+@register_shaping("soft", doc="The paper's soft overlong punishment (eq. 13), times ``penalty_factor``: 0 up to "
+                  "L_max - L_cache, then falling linearly to -1 at L_max, -1 beyond.")
 def soft_overlong_penalty(response_length: int, max_resp_len: int, buffer_len: int, penalty_factor: float = 1.0) -> float:
     """Paper eq. 13 for one response, times ``penalty_factor``; 0 when no shaping applies.
 

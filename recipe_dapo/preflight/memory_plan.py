@@ -5,7 +5,9 @@
 
 A pure function of three inputs: the composed config, the model's ``config.json`` (a dict; no weights), and the memory
 of one GPU. Nothing is loaded, no GPU is needed. ``DRY_RUN=1`` prints the plan's table and the start-up rule
-(:mod:`recipe_dapo.preflight.memory_rule`) refuses a shape whose planned peak exceeds the card.
+(:mod:`recipe_dapo.preflight.memory_rule`) refuses a shape whose planned peak exceeds the card. Each phase's peak is
+the worst case (every sequence at its maximum length, what the rule refuses on); beside it the table gives the same
+phase at the run's expected token counts (:func:`expected_lengths`).
 
 What a DAPO step does on each GPU, in verl 0.9.1's colocated layout (``engine_workers.ActorRolloutRefWorker``: the FSDP
 actor, the reference model when a KL term needs one, and a vLLM replica share every GPU), and the terms of each phase:
@@ -261,6 +263,14 @@ class MemoryPlan:
     layout: Optional[Layout] = None
     gpu_source: str = ""
     """Where ``gpu_bytes`` comes from: ``dapo.memory.gpu_memory_gib`` or this machine's GPU."""
+    expected: dict = field(default_factory=dict)
+    """Phase name -> its peak at the run's expected token counts (``Layout.expected_*``); empty: not planned. The
+    phases' own peaks are the worst case (every sequence at its maximum length), the one the start-up refuses on."""
+    expected_note: str = ""
+    """The expected token counts and where they come from, in words."""
+
+    def expected_peak(self, phase: Phase) -> int:
+        return self.expected.get(phase.name, phase.peak)
 
     @property
     def peak_phase(self) -> Phase:
@@ -277,11 +287,12 @@ class MemoryPlan:
         card = "GPU memory unknown" if self.gpu_bytes is None else f"{gib(self.gpu_bytes)} GiB per GPU" + (
             f", {self.gpu_source}" if self.gpu_source else "")
         lines = [f"memory plan per GPU ({self.model.name}, {self.model.params / 1e9:.2f} B parameters; {card}):",
-                 f"  {'phase':<16} {'peak GiB':>9}  {'largest term':<52} {'headroom GiB':>12}"]
+                 f"  {'phase':<16} {'peak GiB':>9} {'expected GiB':>12}  {'largest term':<52} {'headroom GiB':>12}"]
         for phase in self.phases:
             room = self.headroom(phase)
             largest = phase.largest
-            lines.append(f"  {phase.name:<16} {gib(phase.peak):>9}  {_cut(f'{largest.name} {gib(largest.bytes)}', 52):<52} "
+            lines.append(f"  {phase.name:<16} {gib(phase.peak):>9} {gib(self.expected_peak(phase)):>12}  "
+                         f"{_cut(f'{largest.name} {gib(largest.bytes)}', 52):<52} "
                          f"{'?' if room is None else gib(room):>12}")
         if self.kv is not None:
             kv = self.kv
@@ -291,6 +302,9 @@ class MemoryPlan:
         lines.append(f"  host memory per node: {gib(self.host_bytes_per_node)} GiB"
                      + (f" ({', '.join(f'{t.name} {gib(t.bytes)}' for t in self.host_terms if t.bytes)})"
                         if self.host_bytes_per_node else ""))
+        if self.expected_note:
+            lines.append(f"  peak: every sequence at its maximum length (what the start-up refuses on); "
+                         f"expected: {self.expected_note}")
         lines += [f"  note: {note}" for note in self.notes]
         return lines
 
@@ -382,10 +396,52 @@ class Layout:
     flash_cross_entropy: Optional[bool] = None
     """verl's log-probs through flash-attn's cross-entropy kernel (packed batches only); None: on GPUs (flash-attn
     installed, as verl's GPU images have it), not on CPU."""
+    expected_prompt: Optional[int] = None
+    """Mean prompt tokens for the plan at expected token counts (None: no such plan, only the worst case)."""
+    expected_response: Optional[int] = None
+    """Mean response tokens for the plan at expected token counts."""
+    expected_source: str = ""
+    """Where the expected counts come from, in words."""
 
     @property
     def sequence_tokens(self) -> int:
         return self.prompt + self.response
+
+
+EXPECTED_FRACTION = 0.5
+"""The share of ``data.max_prompt_length`` and ``data.max_response_length`` a mean prompt and response are expected to
+take when ``dapo.memory.expected_prompt_tokens`` / ``expected_response_tokens`` are unset (public verl runs' real
+tokens are 22-45% of the full-length assumption)."""
+
+
+def expected_lengths(config, prompt: int, response: int) -> tuple[int, int, str]:
+    """(prompt, response, source in words): the mean token counts the plan's expected column assumes.
+
+    Each is its ``dapo.memory.expected_*_tokens`` when set, else :data:`EXPECTED_FRACTION` of its maximum; the
+    response is capped at ``max_response_length - overlong_buffer_cfg.len`` with the soft overlong punishment on
+    (responses past it are penalised, and training pushes them back)."""
+    said = []
+    mean_prompt = _sel(config, "dapo.memory.expected_prompt_tokens", None)
+    if mean_prompt is None:
+        mean_prompt = math.ceil(prompt * EXPECTED_FRACTION)
+        said.append(f"prompts {mean_prompt:,} tokens ({EXPECTED_FRACTION:.0%} of data.max_prompt_length)")
+    else:
+        said.append(f"prompts {int(mean_prompt):,} tokens (dapo.memory.expected_prompt_tokens)")
+    mean_response = _sel(config, "dapo.memory.expected_response_tokens", None)
+    if mean_response is None:
+        mean_response = math.ceil(response * EXPECTED_FRACTION)
+        why = f"{EXPECTED_FRACTION:.0%} of data.max_response_length"
+        buffer = "reward.reward_kwargs.overlong_buffer_cfg"
+        if bool(_sel(config, f"{buffer}.enable", False)):
+            unpunished = response - int(_sel(config, f"{buffer}.len", 0) or 0)
+            if 0 < unpunished < mean_response:
+                mean_response, why = unpunished, "where the soft overlong punishment begins"
+        said.append(f"responses {mean_response:,} tokens ({why})")
+    else:
+        said.append(f"responses {int(mean_response):,} tokens (dapo.memory.expected_response_tokens)")
+    mean_prompt = min(max(int(mean_prompt), 1), prompt)
+    mean_response = min(max(int(mean_response), 1), response)
+    return mean_prompt, mean_response, ", ".join(said)
 
 
 LEGACY_MICRO_KEYS = ((f"{ACTOR}.ppo_micro_batch_size", f"{ACTOR}.ppo_micro_batch_size_per_gpu"),
@@ -435,7 +491,9 @@ def layout_from_config(config) -> Layout:
                                  _sel(config, f"{ACTOR}.entropy_from_logits_with_chunking", False)))
     device = str(_sel(config, "trainer.device", "cuda"))
     overhead = _sel(config, "dapo.memory.overhead_gib", 2.0)
+    expected_prompt, expected_response, expected_source = expected_lengths(config, prompt, response)
     return Layout(
+        expected_prompt=expected_prompt, expected_response=expected_response, expected_source=expected_source,
         world=world, fsdp=fsdp, sp=sp, ref_sp=ref_sp, tp=tp, prompt=prompt, response=response,
         mini_rows_per_gpu=mini_rows,
         dynamic=bool(_sel(config, f"{ACTOR}.use_dynamic_bsz", False)),
@@ -688,8 +746,26 @@ def plan_memory(config_or_layout, model: dict | ModelFacts, gpu_bytes: Optional[
     if lay.dynamic:
         notes.append("dynamic micro-batches are planned at their token budget; verl balances micro-batches by "
                      "attention workload, so one may run slightly over it")
+    expected, expected_note = {}, ""
+    if lay.expected_prompt is not None and lay.expected_response is not None:
+        expected_note = lay.expected_source or (f"prompts {lay.expected_prompt:,} and responses "
+                                                f"{lay.expected_response:,} tokens")
+        if lay.remove_padding:
+            # Packed micro-batches hold the tokens the sequences have; dynamic ones fill their token budget whenever
+            # the mini-batch's rows have the tokens, so there the expected update equals the worst case.
+            mean = replace(lay, prompt=lay.expected_prompt, response=lay.expected_response, expected_prompt=None,
+                           expected_response=None)
+            expected = {phase.name: phase.peak for phase in plan_memory(mean, m, gpu_bytes).phases}
+            if lay.dynamic and expected.get(update.name) == update.peak:
+                notes.append("expected: the actor update's peak is the worst case's: dynamic micro-batches fill "
+                             "ppo_max_token_len_per_gpu whenever a mini-batch's sequences hold that many tokens")
+        else:
+            expected = {phase.name: phase.peak for phase in phases}
+            notes.append("expected: with use_remove_padding=false every sequence is padded to its maximum length, so "
+                         "the expected peaks are the worst case")
     return MemoryPlan(model=m, gpu_bytes=gpu_bytes, phases=phases, kv=kv_plan, host_bytes_per_node=host_per_node,
-                      host_terms=[Term(t.name, t.bytes * lay.per_node) for t in host], notes=notes, layout=lay)
+                      host_terms=[Term(t.name, t.bytes * lay.per_node) for t in host], notes=notes, layout=lay,
+                      expected=expected, expected_note=expected_note)
 
 
 def _larger(*moments: list[Term]) -> list[Term]:

@@ -81,9 +81,15 @@ def over_budget_message(plan, phase) -> str:
     from recipe_dapo.preflight.memory_plan import gib
 
     largest = phase.largest
-    return (f"memory plan: {phase.name} needs {gib(phase.peak)} GiB per GPU, more than the "
-            f"{gib(plan.gpu_bytes)} GiB card (dapo.memory.gpu_memory_gib); the largest term is {largest.name} "
-            f"({gib(largest.bytes)} GiB); fix: {cheapest_fix(plan, phase)} (python -m "
+    expected = ""
+    if plan.expected:
+        at_mean = plan.expected_peak(phase)
+        expected = (f"; at the expected token counts it needs {gib(at_mean)} GiB"
+                    + (" and would fit until sequences reach their maximum length" if at_mean <= plan.gpu_bytes
+                       else ""))
+    return (f"memory plan: {phase.name} needs {gib(phase.peak)} GiB per GPU with every sequence at its maximum "
+            f"length, more than the {gib(plan.gpu_bytes)} GiB card (dapo.memory.gpu_memory_gib); the largest term is "
+            f"{largest.name} ({gib(largest.bytes)} GiB){expected}; fix: {cheapest_fix(plan, phase)} (python -m "
             "recipe_dapo.preflight.memory_plan --details lists every term; dapo.memory.enforce=false starts anyway)")
 
 

@@ -1,6 +1,11 @@
 """The names of the step metrics both trainers log beyond verl's, and of verl's own that the console and the run report
 read (verl has no constants for them). Defined here, below the trainers, so that the console, the report and the
-trainers share one spelling; ``trainers.step_metrics`` says what each means and computes them."""
+trainers share one spelling. :data:`CATALOGUE` gives each name its producer and one line of meaning, with the
+``policy_lag/*`` names; ``docs/registries.md`` renders it (``scripts/registries.py``)."""
+
+from typing import NamedTuple
+
+from recipe_dapo.policy_lag.names import METRICS as POLICY_LAG_METRICS
 
 RESPONSE_TOKENS_METRIC = "training/response_tokens"
 """Response tokens that carried loss in the step's update (after the overlong filter)."""
@@ -18,3 +23,35 @@ UPDATE_SKIPPED = "training/update_skipped"
 """1.0 when verl skipped the step's optimizer update (or one of its mini-batches') for a non-finite gradient norm."""
 SKIPPED_UPDATES = "training/skipped_updates"
 """Steps so far whose update verl skipped, over the whole run (restored with the trainer's checkpoint)."""
+
+
+class Metric(NamedTuple):
+    name: str
+    """As logged (``<k>`` stands for a number)."""
+    producer: str
+    """The module that computes it (several separated by ``, ``)."""
+    meaning: str
+    """One line."""
+
+
+_VERL_METRICS = "verl.trainer.ppo.metric_utils"
+_VERL_TRAINERS = "verl.trainer.ppo.ray_trainer, verl.trainer.ppo.v1.trainer_base"
+
+CATALOGUE: tuple[Metric, ...] = (
+    Metric(RESPONSE_TOKENS_METRIC, "recipe_dapo.trainers.recipe_run, recipe_dapo.trainers.v1.trainer",
+           "response tokens that carried loss in the step's update (the trained batch's, after the overlong filter)"),
+    Metric(UPDATE_SKIPPED, "recipe_dapo.trainers.step_metrics",
+           "1.0 when verl skipped the step's optimizer update (or one of its mini-batches') for a non-finite "
+           "gradient norm"),
+    Metric(SKIPPED_UPDATES, "recipe_dapo.trainers.step_metrics",
+           "steps so far whose update verl skipped, over the whole run (restored with the trainer's checkpoint)"),
+    Metric(ENTROPY, _VERL_TRAINERS, "mean token entropy of the policy on the step's batch (verl's)"),
+    Metric(GRAD_NORM, "verl.workers.engine_workers", "the actor's gradient norm before clipping (verl's)"),
+    Metric(RESPONSE_LENGTH_MEAN, _VERL_METRICS, "mean response length of the trained batch, in tokens (verl's)"),
+    Metric(RESPONSE_LENGTH_CLIP_RATIO, _VERL_METRICS,
+           "share of the trained batch's responses cut at the maximum response length (verl's)"),
+    Metric(STEP_TIME, _VERL_METRICS, "seconds of the whole step (verl's timer)"),
+    Metric(GEN_TIME, _VERL_METRICS, "seconds of generation in the step, every round included (verl's timer)"),
+    Metric(VALIDATION_TIME, _VERL_METRICS, "seconds of the validation run at the step, when one ran (verl's timer)"),
+) + tuple(Metric(*entry) for entry in POLICY_LAG_METRICS)
+"""Every metric named here and in ``policy_lag.names``: (name, producer, one line of meaning)."""
