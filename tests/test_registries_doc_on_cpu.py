@@ -94,12 +94,13 @@ def test_a_rule_or_shaping_takes_its_meaning_from_its_docstring_when_not_given()
 
 
 def _metric_constants() -> dict[str, str]:
-    """Metric names defined as constants in the two name modules: value -> identifier."""
+    """Metric names defined as constants in the name modules: value -> identifier."""
+    from recipe_dapo.dynamic_sampling import selection
     from recipe_dapo.policy_lag import names
     from recipe_dapo.tracking import metric_names
 
     constants = {}
-    for module in (metric_names, names):
+    for module in (metric_names, names, selection):
         for identifier, value in vars(module).items():
             if identifier.isupper() and isinstance(value, str) and "/" in value and not value.endswith("/"):
                 constants[value] = identifier

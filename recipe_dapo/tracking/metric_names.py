@@ -5,6 +5,7 @@ trainers share one spelling. :data:`CATALOGUE` gives each name its producer and 
 
 from typing import NamedTuple
 
+from recipe_dapo.dynamic_sampling.selection import METRICS as SELECTION_METRICS
 from recipe_dapo.policy_lag.names import METRICS as POLICY_LAG_METRICS
 
 RESPONSE_TOKENS_METRIC = "training/response_tokens"
@@ -53,5 +54,6 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric(STEP_TIME, _VERL_METRICS, "seconds of the whole step (verl's timer)"),
     Metric(GEN_TIME, _VERL_METRICS, "seconds of generation in the step, every round included (verl's timer)"),
     Metric(VALIDATION_TIME, _VERL_METRICS, "seconds of the validation run at the step, when one ran (verl's timer)"),
-) + tuple(Metric(*entry) for entry in POLICY_LAG_METRICS)
-"""Every metric named here and in ``policy_lag.names``: (name, producer, one line of meaning)."""
+) + tuple(Metric(*entry) for entry in (*POLICY_LAG_METRICS, *SELECTION_METRICS))
+"""Every metric named here, in ``policy_lag.names`` and in ``dynamic_sampling.selection``: (name, producer, one line of
+meaning)."""
