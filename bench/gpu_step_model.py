@@ -80,6 +80,22 @@ carried responses reach steady state):
                    ``KS sync`` between trained lengths and a large sample of qualifying groups' lengths.
 - ``q tr / q sub`` mean solve rate of trained prompts / of submitted prompts (reference: E[q | kept]).
 - ``resumed``      responses resumed after an abort that trained, per step; ``age`` mean age in steps of trained groups.
+- ``prompts``      prompts submitted per step; ``step 1`` those submitted in the first step.
+
+What the model shows (figures: the default run, see docs/design.md):
+
+- Generation is throughput-bound: over a run every submitted prompt is generated once (aborted work resumes, it is
+  not lost), so a step costs at least its generated tokens over the replicas' peak rate (32 x 256 / 35.6 ms = 230k
+  tokens/s: 427 s at keep 0.45). Deficit rounds are 1.4x that floor at keep 0.45 (mostly one round per step already,
+  thanks to the margin and the carry-over), the one-round mode 1.27x. What the one-round mode does not recover: a group
+  is judged only when the slowest of its 16 responses ends, so a batch that needs 1 / (1 + margin) of the round's
+  groups needs nearly all of their responses; the queues empty and the last ~40% of the step runs at about a third of
+  the 256 sequences per replica. A larger margin keeps the replicas fuller but carries the work to the next step: the time per
+  step hardly moves (``--margins``).
+- Cold start: in the first step the groups that finish first are the short, easy ones, more often all right, so the
+  streaming keep-rate estimate falls and refills follow, up to the dispatch room (about 6,700 prompts submitted in the
+  first step with ONE_ROUND_MAX_STALENESS = 12 at keep rates 0.3-0.6, against 865-1,700 per step later). The backlog takes up to ~8 steps to drain, with
+  trained groups up to 6 steps old meanwhile; ``WARMUP`` leaves those steps out of the averages.
 
 The last line: ``RESULT one_round_over_rounds=<gen time one_round / deficit> one_round_over_v1=<gen time one_round /
 v1> gen_over_ideal=<one_round's> trained_length_shift=<one_round's>``, averaged over the settings with keep rate
@@ -134,7 +150,7 @@ KEEP_RATES = (0.1, 0.3, 0.45, 0.6, 0.9)
 HEADLINE_KEEPS = (0.3, 0.45, 0.6)
 DEFAULT_MARGIN = 0.2
 ONE_ROUND_MAX_STALENESS = 12
-WARMUP = 8  # steps not counted: one-round's cold start (see the docstring) takes up to ~8 steps to drain
+WARMUP = 8  # steps not counted: the one-round mode's cold start (module docstring) drains in up to ~8 steps
 MODES = ("deficit", "whole", "v1", "one_round")
 CHUNK = 4096
 ROW = np.dtype([("uid", np.int64), ("prompt", np.int64), ("length", np.int64), ("resumed", np.int8)])
@@ -635,6 +651,8 @@ class Summary:
     mean_age: float
     dropped: int
     trained_per_step: float
+    prompts_per_step: float
+    first_step_prompts: int
 
 
 def summarize(mode: str, lengths: str, world: World, reference: dict, records: list[StepRecord],
@@ -661,6 +679,8 @@ def summarize(mode: str, lengths: str, world: World, reference: dict, records: l
         mean_age=float(np.mean([r.mean_age for r in window])),
         dropped=sum(r.dropped_stale for r in window),
         trained_per_step=groups / len(window),
+        prompts_per_step=float(np.mean([r.submitted_to - r.submitted_from for r in window])),
+        first_step_prompts=records[0].submitted_to - records[0].submitted_from,
     )
 
 
@@ -688,7 +708,7 @@ def main(argv=None) -> None:
           f"training {TRAIN_S:.0f} s/step; one-round margin {args.margin}; {steps} steps, first {warmup} not counted")
     header = (f"{'lengths':7} {'keep':>4} {'mode':10} {'gen s':>7} {'step s':>7} {'gen/ideal':>9} {'gen/trn':>7} "
               f"{'shift':>7} {'KS fin':>6} {'KS sync':>7} {'q tr':>5} {'q sub':>5} {'resumed':>7} {'age':>5} "
-              f"{'dropped':>7}")
+              f"{'dropped':>7} {'prompts':>7} {'step 1':>6}")
     summaries: dict[tuple[str, float, str], Summary] = {}
     for lengths, keep in settings:
         world = World(keep, LENGTH_SETTINGS[lengths], args.seed)
@@ -703,7 +723,8 @@ def main(argv=None) -> None:
             summaries[(lengths, keep, mode)] = s
             print(f"{lengths:7} {keep:4.2f} {mode:10} {s.gen_s:7.0f} {s.gen_s + TRAIN_S:7.0f} {s.gen_over_ideal:9.3f} "
                   f"{s.gen_over_trained:7.2f} {s.shift:+7.3f} {s.ks_finished:6.3f} {s.ks_sync:7.3f} {s.q_trained:5.3f} "
-                  f"{s.q_submitted:5.3f} {s.resumed_per_step:7.1f} {s.mean_age:5.2f} {s.dropped:7d}")
+                  f"{s.q_submitted:5.3f} {s.resumed_per_step:7.1f} {s.mean_age:5.2f} {s.dropped:7d} "
+                  f"{s.prompts_per_step:7.0f} {s.first_step_prompts:6d}")
     headline = [k for (lengths, k, mode) in summaries if lengths == "paper" and mode == "one_round"
                 and 0.3 <= k <= 0.6]
     if not headline:
