@@ -102,7 +102,7 @@ v1> gen_over_ideal=<one_round's> trained_length_shift=<one_round's>``, averaged 
 0.3-0.6 and the paper's lengths.
 
 Run: python bench/gpu_step_model.py [--quick] [--margin 0.2] [--steps 10] [--margins 0.1,0.2,0.4]
-(about 2 minutes on one core by default; ``--quick``: a scaled-down system for tests.)
+(about 2 minutes on one core by default; ``--quick``: a scaled-down system for tests, whose figures are mostly noise.)
 """
 
 from __future__ import annotations
