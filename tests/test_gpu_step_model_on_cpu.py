@@ -1,0 +1,130 @@
+"""The GPU step-time model (``bench/gpu_step_model.py``): its engine, its token books and its one-round mode.
+
+With every response the same length and a fixed half of the prompts qualifying, a round's time and tokens follow
+from the sizing formula and the engine's wave arithmetic, computed here independently of the simulation. The
+one-round mode trains exactly the batch every step and loses no aborted token; a deliberately broken variant that
+throws the aborted groups away is caught by the same checks (token books, length shift).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import gpu_step_model as model  # noqa: E402
+
+SMALL = model.System(replicas=2, concurrency=4, train_prompts=8, gen_prompts=24, poll_s=0.5)
+LENGTH = 100
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    logging.getLogger("recipe_dapo").setLevel(logging.ERROR)
+
+
+def half_qualify_world() -> model.World:
+    """Every response LENGTH tokens; even prompts get 8 of 16 right (kept), odd ones none (dropped)."""
+    return model.World(0.5, 0.0, seed=0, constant_length=LENGTH, correct_pattern=lambda i: 8 if i % 2 == 0 else 0)
+
+
+def waves_seconds(sequences: int, system: model.System) -> float:
+    """A blocking round of equal responses, spread round-robin: each replica runs full waves of ``concurrency`` and a
+    last partial one; every admitted sequence costs its prefill."""
+    worst = 0.0
+    for replica in range(system.replicas):
+        mine = len(range(replica, sequences, system.replicas))
+        full, rest = divmod(mine, system.concurrency)
+        seconds = 0.0
+        for size in [system.concurrency] * full + ([rest] if rest else []):
+            seconds += size * system.prefill_s_per_token * system.prompt_tokens
+            seconds += LENGTH * (system.decode_fixed_s + system.decode_per_seq_s * size)
+        worst = max(worst, seconds)
+    return worst
+
+
+def test_equal_lengths_give_the_sizing_arithmetic_in_every_mode():
+    world = half_qualify_world()
+    # First round of a step at the prior keep rate 0.5 and the default margin 0.1: ceil(8 * 1.1 / 0.5) = 18 prompts,
+    # of which 9 qualify: one round. v1's submission is capped by the dispatch room, 8 x (1 + max_staleness 1) = 16
+    # prompts (8 qualify: full). The paper's whole round is gen_batch_size = 24 prompts.
+    first = math.ceil(8 * 1.1 / 0.5)
+    expected = {"deficit": first, "v1": 16, "whole": 24}
+    for mode, prompts in expected.items():
+        records, accounts = model.run_mode(mode, world, SMALL, steps=1)
+        record = records[0]
+        assert record.generated_tokens == prompts * model.RESPONSES * LENGTH, mode
+        assert accounts["sampler"].run_counters()["generated_groups"] == prompts, mode
+        assert record.trained_groups == 8, mode
+        exact = waves_seconds(prompts * model.RESPONSES, SMALL)
+        if mode == "v1":  # the step ends at the poll that sees the last group
+            assert exact <= record.gen_s <= exact + SMALL.poll_s + 1e-9, (record.gen_s, exact)
+        else:
+            assert record.gen_s == pytest.approx(exact, rel=1e-12), mode
+    # Over several steps the round modes' tokens are exactly their generated groups' responses.
+    for mode in ("deficit", "whole"):
+        records, accounts = model.run_mode(mode, world, SMALL, steps=5)
+        groups = accounts["sampler"].run_counters()["generated_groups"]
+        assert sum(r.generated_tokens for r in records) == groups * model.RESPONSES * LENGTH
+
+
+def token_books_balance(accounts: dict) -> bool:
+    """Every decoded token is in a finished response or in a response carried to the next step."""
+    return accounts["decoded"] == accounts["finished"] + accounts["carried"]
+
+
+def quick_world(keep: float = 0.45) -> model.World:
+    return model.World(keep, model.LENGTH_SETTINGS["paper"], seed=3)
+
+
+def test_one_round_trains_exactly_the_batch_and_loses_no_aborted_token():
+    world = quick_world()
+    records, accounts = model.run_mode("one_round", world, model.QUICK, steps=8)
+    assert [r.trained_groups for r in records] == [model.QUICK.train_prompts] * 8
+    assert accounts["carried"] > 0 and sum(r.resumed for r in records) > 0  # it did abort and resume
+    assert token_books_balance(accounts)
+    # v1 drains: nothing is carried, and its books balance too.
+    records, accounts = model.run_mode("v1", world, model.QUICK, steps=4)
+    assert accounts["carried"] == 0 and accounts["in_flight_groups"] == 0 and token_books_balance(accounts)
+
+
+def test_throwing_aborted_groups_away_is_caught_by_the_books_and_by_the_length_shift():
+    world = quick_world()
+    reference = world.reference()
+    shifts = {}
+    for broken in (False, True):
+        records, accounts = model.run_mode("one_round", world, model.QUICK, steps=10, drop_aborted=broken)
+        assert token_books_balance(accounts) is not broken
+        summary = model.summarize("one_round", "paper", world, reference, records, accounts["recorder"], warmup=3)
+        shifts[broken] = summary.shift
+        if broken:
+            assert summary.resumed_per_step == 0
+    # The broken variant trains what finishes first: the short, easy groups. Same prompts, so the gap is not noise.
+    assert shifts[True] < shifts[False] - 0.05, shifts
+
+
+def test_keep_rate_settings_and_length_calibration_hold():
+    for keep in (0.1, 0.9):
+        assert model.expected_keep_rate(model.concentration_for(keep)) == pytest.approx(keep, abs=1e-6)
+    world = model.World(0.3, 4000.0, seed=1)
+    reference = world.reference()
+    assert reference["keep_rate"] == pytest.approx(0.3, abs=0.01)
+    assert reference["kept_mean_length"] == pytest.approx(4000.0, rel=0.02)
+    # Harder prompts answer longer: the groups that qualify are harder than those all right.
+    q, correct, lengths = world.prompts(0, 4000)
+    easy, hard = q > 0.8, q < 0.2
+    assert lengths[hard].mean() > 1.5 * lengths[easy].mean()
+    assert lengths.max() <= model.MAX_LENGTH
+
+
+def test_ks_distance():
+    a = np.arange(100)
+    assert model.ks_distance(a, a) == 0.0
+    assert model.ks_distance(a, a + 1000) == 1.0
+    assert model.ks_distance(a, a + 50) == pytest.approx(0.5)
