@@ -29,7 +29,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from recipe_dapo.config.compose import compose as compose_config
-from recipe_dapo.main_dapo import main as run_main
+from recipe_dapo.main_dapo import main as run_main, release_stderr
 from recipe_dapo.main_dapo import refusals_exit_cleanly
 from recipe_dapo.preflight import CheckReport, check_config, check_rules
 from recipe_dapo.preflight.memory_rule import plan_lines
@@ -76,6 +76,7 @@ def log_report(report: CheckReport) -> None:
 
 @hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
 def _hydra_main(config: DictConfig) -> None:
+    release_stderr()  # Hydra composed the config: its stderr is no longer held (main_dapo.main)
     if os.environ.get(PRINT_CONFIG_ENV, "0") not in ("", "0", "false"):
         try:
             sys.stdout.write(OmegaConf.to_yaml(config, resolve=True))

@@ -20,6 +20,7 @@ if __name__ == "__main__":
 
 import logging  # noqa: E402
 import sys  # noqa: E402
+from typing import Sequence  # noqa: E402
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
@@ -88,6 +89,7 @@ class preemption_guard:
 
 @hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
 def _hydra_main(config: DictConfig) -> None:
+    release_stderr()
     with refusals_exit_cleanly():
         run(config)
 
@@ -115,19 +117,56 @@ class refusals_exit_cleanly:
         raise SystemExit(1)
 
 
+class _HeldStderr:
+    """``sys.stderr`` while Hydra composes the config: what it writes is held until the job starts
+    (:func:`release_stderr`), so that a refused override's 'did you mean' can come before Hydra's own advice."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.held: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.held.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the real stream's
+        return getattr(self.stream, name)
+
+
+def release_stderr(first: Sequence[str] = ()) -> None:
+    """The job starts (or Hydra stopped): ``sys.stderr`` is the real stream again; the lines ``first``, then what
+    Hydra wrote while composing, are written to it. A no-op when nothing is held."""
+    held = sys.stderr
+    if not isinstance(held, _HeldStderr):
+        return
+    sys.stderr = held.stream
+    for line in first:
+        held.stream.write(line + "\n")
+    held.stream.write("".join(held.held))
+    held.stream.flush()
+
+
 def main(hydra_main=_hydra_main) -> None:
-    """Run ``hydra_main``; when Hydra cannot compose the overrides, add a 'did you mean' for mistyped keys."""
+    """Run ``hydra_main``; when Hydra cannot compose the overrides, a 'did you mean' for mistyped keys comes first,
+    before Hydra's own message (its advice to add a '+' fits a new key, not a misspelt one)."""
+    sys.stderr = _HeldStderr(sys.stderr)
     try:
         hydra_main()
     except SystemExit as exit:
         from hydra.errors import HydraException
 
+        suggestions = []
         if exit.code not in (0, None) and isinstance(exit.__context__, HydraException):
             from recipe_dapo.config.suggest import suggest_for_overrides
 
-            for line in suggest_for_overrides(sys.argv[1:]):
-                print(line, file=sys.stderr)
+            suggestions = suggest_for_overrides(sys.argv[1:])
+        release_stderr(suggestions)
         raise
+    finally:
+        release_stderr()
 
 
 if __name__ == "__main__":

@@ -185,9 +185,27 @@ def test_a_mistyped_key_gets_a_did_you_mean(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "recipe_dapo.dry_run", "algorithm.filter_groups.metrc=acc", "platform=cpu"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},  # this checkout's recipe, whatever the install points to
     )
     assert result.returncode == 1
     assert "did you mean algorithm.filter_groups.metric?" in result.stderr, result.stderr
+    # The recipe's 'did you mean' comes first: Hydra's advice to add a '+' (a new key) follows it.
+    assert result.stderr.index("did you mean") < result.stderr.index("To append to your config use +"), result.stderr
+
+
+def test_the_runs_entry_point_puts_the_did_you_mean_before_hydras_advice(capsys, monkeypatch):
+    """``python -m recipe_dapo.main_dapo`` (run_dapo_cpu.sh's command) through its own Hydra entry point, in this
+    process; the job itself is never reached."""
+    from recipe_dapo import main_dapo
+
+    monkeypatch.setattr(sys, "argv", ["main_dapo", "platform=cpu", "trainer.total_training_stepz=2"])
+    monkeypatch.setattr(main_dapo, "run", lambda config: pytest.fail("the job ran"))
+    with pytest.raises(SystemExit) as stopped:
+        main_dapo.main()
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert err.index("did you mean trainer.total_training_steps?") < err.index("To append to your config use +"), err
+    assert not isinstance(sys.stderr, main_dapo._HeldStderr)
 
 
 def test_unknown_override_keys_are_matched_among_their_siblings_first():

@@ -229,9 +229,10 @@ def sampled_accuracy(model, tokenizer, rows: list[dict], max_new_tokens: int, se
 
 
 class WarmupProgress:
-    """The warm-up's progress: on a terminal, one line rewritten in place at each update (a progress bar); anywhere
-    else (a pipe, a log file), a log line at most every ``every_s`` seconds and the last one at the end, so that a
-    warm-up of a few minutes prints a few lines, not one per check."""
+    """The build's progress: on a terminal, one line rewritten in place at each update and note (what it writes,
+    the tokenizer, each warm-up check, the end), so that the whole build is one line there; anywhere else (a pipe,
+    a log file), each note is a log line, and the warm-up's updates a log line at most every ``every_s`` seconds and
+    the last one at the end, so that a warm-up of a few minutes prints a few lines, not one per check."""
 
     def __init__(self, stream=None, every_s: float = 60.0, clock=time.monotonic):
         import sys
@@ -245,6 +246,9 @@ class WarmupProgress:
 
     def update(self, text: str) -> None:
         if self.tty:
+            import shutil
+
+            text = text[: max(shutil.get_terminal_size().columns - 1, 20)]  # a wrapped line cannot be rewritten
             self.stream.write("\r" + text.ljust(self._width))
             self.stream.flush()
             self._width = max(self._width, len(text))
@@ -255,6 +259,14 @@ class WarmupProgress:
             self._last_logged, self._pending = now, None
         else:
             self._pending = text
+
+    def note(self, text: str) -> None:
+        """A step of the build: the status line on a terminal, a log line elsewhere."""
+        if self.tty:
+            self.update(text)
+        else:
+            self.close()
+            logger.info(text)
 
     def close(self) -> None:
         """End the line (a terminal) or log the last update that was held back (elsewhere)."""
@@ -288,13 +300,13 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
     checking = spec.warmup_target_acc is not None and len(check_rows) > 0
     accuracy = None
     progress = WarmupProgress() if progress is None else progress
-    if checking:
-        logger.info("inputs: warming up the model: supervised steps on %d worked solutions until it answers %.0f%% of "
-                    "%d held-out problems right (checked every %d steps, at most %d steps)", len(examples),
-                    100 * spec.warmup_target_acc, len(check_rows), spec.warmup_check_every, spec.warmup_steps)
+    if checking:  # (on a terminal each check's update says the target and the limit)
+        progress.note(f"inputs: warming up the model: supervised steps on {len(examples)} worked solutions until it "
+                      f"answers {100 * spec.warmup_target_acc:.0f}% of {len(check_rows)} held-out problems right "
+                      f"(checked every {spec.warmup_check_every} steps, at most {spec.warmup_steps} steps)")
     else:
-        logger.info("inputs: warming up the model: %d supervised steps on %d worked solutions", spec.warmup_steps,
-                    len(examples))
+        progress.note(f"inputs: warming up the model: {spec.warmup_steps} supervised steps on {len(examples)} worked "
+                      f"solutions")
     for step in range(1, spec.warmup_steps + 1):
         picks = torch.randint(len(sequences), (spec.warmup_batch_size,), generator=generator).tolist()
         width = max(len(sequences[i][0]) + len(sequences[i][1]) for i in picks)
@@ -328,14 +340,17 @@ def warm_up(model, tokenizer, spec: TinyModelSpec, examples: list[tuple[list[dic
         elif not checking and step % report_every == 0 and step < spec.warmup_steps:  # not a silent warm-up
             progress.update(f"inputs: warm-up step {step}/{spec.warmup_steps}, loss {loss.item():.3f} "
                             f"({time.monotonic() - started:.0f} s)")
-    progress.close()
     model.to("cpu").eval()
+    done = f"inputs: warm-up done, {step} steps in {time.monotonic() - started:.0f} s, last loss {loss.item():.3f}"
     if checking and (accuracy is None or accuracy < spec.warmup_target_acc):
+        progress.close()
         logger.warning("inputs: the warm-up stopped at its limit of %d steps with sampled accuracy %s, below the "
                        "target %.2f", spec.warmup_steps, "unmeasured" if accuracy is None else f"{accuracy:.2f}",
                        spec.warmup_target_acc)
-    logger.info("inputs: warm-up done, %d steps in %.0f s, last loss %.3f", step, time.monotonic() - started,
-                loss.item())
+        logger.info("%s", done)
+    else:
+        progress.note(done)  # on a terminal the build's line ends with it
+    progress.close()
     return {"steps": step, "loss": round(loss.item(), 4), "sampled_accuracy": accuracy}
 
 
@@ -366,7 +381,8 @@ def tokenizer_as_verl_loads_it(model_dir: Path, tokenizer_path: str | None, trai
     return AutoTokenizer.from_pretrained(model_dir)
 
 
-def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec, warmup_examples=(), check_rows=()) -> dict:
+def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec, warmup_examples=(), check_rows=(),
+                     progress: Optional[WarmupProgress] = None) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -386,8 +402,15 @@ def build_tiny_model(out_dir: Path, tokenizer, spec: TinyModelSpec, warmup_examp
         torch_dtype="float32",
     )
     model = Qwen2ForCausalLM(config)
-    warmed = warm_up(model, tokenizer, spec, warmup_examples, check_rows) if spec.warmup_steps > 0 else {"steps": 0}
-    model.save_pretrained(out_dir)
+    warmed = warm_up(model, tokenizer, spec, warmup_examples, check_rows, progress) if spec.warmup_steps > 0 \
+        else {"steps": 0}
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Writing model shards" for a one-file model: a line on the console
+    try:
+        model.save_pretrained(out_dir)
+    finally:
+        transformers_logging.enable_progress_bar()
     tokenizer.save_pretrained(out_dir)
     model.generation_config.save_pretrained(out_dir)
     return warmed
@@ -429,8 +452,8 @@ def build_default_assets(
         logger.info("reusing default-run assets in %s", out)
         return paths
 
-    logger.info("inputs: writing %d training and %d validation problems (%s) to %s", num_train, num_val, task,
-                out / "data")
+    progress = WarmupProgress()  # on a terminal the build is one line rewritten in place
+    progress.note(f"inputs: writing {num_train} training and {num_val} validation problems ({task}) to {out / 'data'}")
     train, _ = write_dataset(out / "data", num_train, num_val, seed, task)
     model_dir = out / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -443,12 +466,13 @@ def build_default_assets(
     ]
     # chain: the BPE also learns the solutions' lines (the arithmetic task's answer lines are in its texts already).
     solutions = [text for _, text in examples] if task == "chain" else []
-    logger.info("inputs: %s", f"copying the tokenizer from {tokenizer_path}" if tokenizer_path else
-                "training a 512-token BPE tokenizer on the problems and their worked solutions")
+    progress.note("inputs: " + (f"copying the tokenizer from {tokenizer_path}" if tokenizer_path else
+                                "training a 512-token BPE tokenizer on the problems and their worked solutions"))
     tokenizer = tokenizer_as_verl_loads_it(model_dir, tokenizer_path, train, solutions)
     check_rows = synthetic_rows(spec.warmup_check_problems, "warmup_check", seed, task) \
         if spec.warmup_target_acc is not None else []
-    warmed = build_tiny_model(model_dir, tokenizer, spec, examples, check_rows)
+    warmed = build_tiny_model(model_dir, tokenizer, spec, examples, check_rows, progress)
+    progress.close()
     manifest_path.write_text(json.dumps({"wanted": wanted, "paths": paths, "warm_up": warmed,
                                          "model_sha256": file_sha256(model_dir / "model.safetensors")}, indent=2))
     return paths

@@ -148,7 +148,7 @@ def apply_cpu_kv_cache(config: DictConfig) -> Optional[int]:
     size = planned_kv_cache_bytes(config, shape)
     with open_dict(config):
         OmegaConf.update(config, KV_CACHE_KEY, size, force_add=True)
-    logger.info(
+    logger.debug(  # the console's run line gives the size (tracking.console.run_summary)
         "vLLM-CPU KV cache: %.3f GiB (%d sequences x %d tokens; %s=auto)",
         size / GIB, sequences_in_flight(config), max_model_len(config), SIZE_KEY,
     )

@@ -6,14 +6,14 @@ the metrics file first):
 
     step 3/40 | acc 0.438 | keep 0.50 in 2 rounds | clip low 0.0012 high 0.0150 | len 27.3 (10.0% cut) | 41.2 s
     validation at step 4 | synthetic_arithmetic: mean@4 0.044 pass@4 0.125 (31 problems)
-    run finished: steps 1-40 in 1h02m
-      validation, final (step 40): synthetic_arithmetic: mean@4 0.210 pass@4 0.480 (31 problems)
-      validation, best mean: synthetic_arithmetic 0.230 (step 32)
-      validation, step 4 -> step 40: synthetic_arithmetic 0.044 -> 0.210 (+0.166)
+    run finished: steps 1-40 in 1h02m | tokens: 1.21M generated, 0.40M trained (33%)
+      validation, before training -> step 40: math 0.044 -> 0.210 (+0.166); best mean math 0.230 (step 32)
       checkpoint: /work/runs/dapo_cpu/checkpoints/global_step_40
       metrics file: /work/runs/dapo_cpu/recipe_dapo/dapo_cpu.jsonl
-      tokens: 1.21M generated, 0.40M trained (33%)
-      to train further: raise trainer.total_training_steps and rerun the same command (trainer.resume_mode=auto ...)
+      to train further: raise trainer.total_training_steps and rerun the same command (...)
+
+The summary repeats no line printed just before it: the final validation's own line is left out when it was the
+last step's (the change line gives its means), the best mean when it is the final one (else it ends the change line).
 
 The fields, from the step's metrics (a field whose metric is missing is left out):
 
@@ -219,31 +219,35 @@ class RunConsole:
             steps = f"step {self.steps[0]}"
         else:
             steps = f"steps {min(self.steps)}-{max(self.steps)}"
-        lines = [f"run {outcome or 'finished'}: {steps} in {_duration(time.monotonic() - self.started)}"]
+        head = f"run {outcome or 'finished'}: {steps} in {_duration(time.monotonic() - self.started)}"
+        if self.generated_tokens:
+            share = f" ({100 * self.trained_tokens / self.generated_tokens:.0f}%)"
+            generated, trained = _tokens(self.generated_tokens), _tokens(self.trained_tokens)
+            head += f" | tokens: {generated} generated, {trained} trained{share}"
+        lines = [head]
         if self.validations:
             step, final = self.validations[-1]
-            lines.append(f"  validation, final (step {step}): " + format_validation(final))
+            moved = validation_change(self.validations[0], self.validations[-1])
+            just_printed = self.steps and step == self.steps[-1]  # its own line came right before the summary
+            if not (moved and just_printed):
+                lines.append(f"  validation, final (step {step}): " + format_validation(final))
             best = []
             for source in final:
                 scored = [(_headline_value(v[source]), s) for s, v in self.validations if source in v]
                 scored = [(value, s) for value, s in scored if value is not None]
                 if scored:
                     value, at = max(scored, key=lambda pair: pair[0])
-                    best.append(f"{source} {_fmt(value)} (step {at})")
-            if best:
-                lines.append("  validation, best mean: " + ", ".join(best))
-            moved = validation_change(self.validations[0], self.validations[-1])
-            if moved:
-                lines.append(moved)
+                    if at != step:  # the best is not the final one (which the lines above give)
+                        best.append(f"{source} {_fmt(value)} (step {at})")
+            if moved and best:
+                lines.append(f"{moved}; best mean " + ", ".join(best))
+            elif moved or best:
+                lines.append(moved or "  validation, best mean: " + ", ".join(best))
         else:
             lines.append("  validation: none in this process (trainer.test_freq)")
         checkpoint = latest_checkpoint(self.checkpoint_dir)
         lines.append(f"  checkpoint: {checkpoint or 'none saved (trainer.save_freq)'}")
         lines.append(f"  metrics file: {self.metrics_file or 'none (add file to trainer.logger)'}")
-        if self.generated_tokens:
-            share = f" ({100 * self.trained_tokens / self.generated_tokens:.0f}%)"
-            generated, trained = _tokens(self.generated_tokens), _tokens(self.trained_tokens)
-            lines.append(f"  tokens: {generated} generated, {trained} trained{share}")
         lines.append("  " + resume_advice(checkpoint, self.resume_mode, completed=outcome is None))
         return lines
 
@@ -318,7 +322,7 @@ def run_summary(config: DictConfig) -> dict[str, object]:
         return OmegaConf.select(config, key)
 
     actor = "actor_rollout_ref.actor"
-    return {
+    summary = {
         "GPUs": f"{get('trainer.nnodes')} nodes x {get('trainer.n_gpus_per_node')}",
         "model": get("actor_rollout_ref.model.path"),
         "train / gen prompts": f"{get('data.train_batch_size')} / {get('data.gen_batch_size')}",
@@ -335,3 +339,7 @@ def run_summary(config: DictConfig) -> dict[str, object]:
         "sequence / tensor parallel": f"{get(f'{actor}.ulysses_sequence_parallel_size')} / "
         f"{get('actor_rollout_ref.rollout.tensor_model_parallel_size')}",
     }
+    kv_cache = get("actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes")
+    if get("trainer.device") == "cpu" and kv_cache:  # sized by recipe_dapo.cpu.memory (dapo.cpu.kv_cache_gib)
+        summary["vLLM-CPU KV cache"] = f"{int(kv_cache) / 2 ** 30:.3f} GiB"
+    return summary

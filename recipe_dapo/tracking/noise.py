@@ -16,14 +16,14 @@ removed; lines written before the run's name is known are kept in memory until t
   with it;
 - tracebacks, whole, and exception lines; the driver's own stderr (a refused configuration, a 'did you mean');
   Ray's ``(raylet)`` lines (a worker died, memory ran low);
-- the recipe's progress bar;
-- one short line per start-up phase (:data:`STARTUP_PHASES`: Ray up, task runner, training workers, rollout
-  engines, weights), keyed on a line verl, Ray or vLLM prints at that point, with the phase's time and the time
-  since the driver started; while the run starts, a line after every :data:`HEARTBEAT_S` seconds without one says
-  what it is still doing, until the first step.
+- the start-up as one status line: the phases (:data:`STARTUP_PHASES`: Ray up, task runner, training workers,
+  rollout engines, weights), each keyed on a line verl, Ray or vLLM prints at that point, and what the run is doing
+  now, with the time since the driver started. On a terminal the line is rewritten in place (every second, and at
+  each phase); anywhere else (a pipe, a file) a line is printed after every :data:`HEARTBEAT_S` seconds without
+  one. When the start-up ends (the first validation or step line) one line gives its time and each phase's.
 
-Everything else (verl's prints, vLLM's argv and engine config, INFO logs, other progress bars) is in the log file
-only. ``DAPO_CONSOLE_FILTER=0`` shows every line on the console too. At exit the console names the log file again,
+Everything else (verl's prints, vLLM's argv and engine config, INFO logs, progress bars, the trainer's step bar
+included: each step has its line) is in the log file only. ``DAPO_CONSOLE_FILTER=0`` shows every line on the console too. At exit the console names the log file again,
 with how many lines it holds and how many the console did not show.
 
 Hydra's own commands (``--cfg``, ``--help``, ``--hydra-help``, ``--info``, ...: :func:`hydra_shows_instead_of_running`)
@@ -238,40 +238,45 @@ class Phase:
     pattern: str
     """Regular expression searched in the line (``in_prefix``: in Ray's ``(Actor pid=...)`` prefix instead)."""
     done: str
-    """The console line's text: what is now up or under way ("": no line, only what the heartbeat says changes)."""
+    """What is now up or under way ("": not a phase of its own, only what the status line says changes)."""
     next: str
     """What the run does until the next phase (said by the heartbeat when it takes long)."""
     source: str
     """Who prints the line."""
     in_prefix: bool = False
+    short: str = ""
+    """Its name in the start-up's closing line (the time from the previous phase to this one)."""
 
 
 STARTUP_PHASES: tuple[Phase, ...] = (
     Phase(r"^ray init kwargs: ", "", "starting Ray", "verl.trainer.main_ppo, print before ray.init (no console line: "
           "the heartbeat's words change)"),
     Phase(r"Started a local Ray instance|Connected to Ray cluster", "Ray cluster up",
-          "starting the task runner (a Ray actor)", "ray.init, an INFO line on the driver's stderr"),
+          "starting the task runner (a Ray actor)", "ray.init, an INFO line on the driver's stderr", short="Ray"),
     Phase(r"TaskRunner", "task runner started", "reading the data and building the trainer",
-          "the first line of the task runner actor (Ray's prefix)", in_prefix=True),
+          "the first line of the task runner actor (Ray's prefix)", in_prefix=True, short="task runner"),
     Phase(r"^colocated worker base class", "starting the training workers", "building the model and optimizer (FSDP)",
-          "verl.single_controller.ray.base, print when the worker group is created"),
+          "verl.single_controller.ray.base, print when the worker group is created", short="worker group"),
     Phase(r"^Total steps: \d+, num_warmup_steps", "training workers ready", "starting the rollout engines (vLLM)",
-          "verl.workers.engine.fsdp, print when the optimizer's schedule is built"),
+          "verl.workers.engine.fsdp, print when the optimizer's schedule is built", short="training workers"),
     Phase(r"vLLM\w*Server", "rollout engine starting (vLLM)", "loading the model into vLLM and sizing its KV cache",
-          "the first line of verl's vLLM server actor (Ray's prefix)", in_prefix=True),
+          "the first line of verl's vLLM server actor (Ray's prefix)", in_prefix=True, short="vLLM server"),
     Phase(r"^LLMServerManager: ", "rollout engines up", "loading the weights into the rollout engines",
-          "verl.workers.rollout.llm_server, print with the servers' addresses"),
+          "verl.workers.rollout.llm_server, print with the servers' addresses", short="vLLM engines"),
     Phase(r"update_weights done", "weights loaded into the rollout engines",
           "starting the first step (its agent-loop workers start with it)",
-          "verl.workers.rollout.vllm_rollout, logger.info after each weight sync (the first one here)"),
+          "verl.workers.rollout.vllm_rollout, logger.info after each weight sync (the first one here)", short="weights"),
     Phase(r"AgentLoopWorker", "agent-loop workers starting (first step)", "generating the first step's responses",
-          "the first line of verl's agent-loop worker actor (Ray's prefix)", in_prefix=True),
+          "the first line of verl's agent-loop worker actor (Ray's prefix)", in_prefix=True, short="agent loop"),
 )
 """The start-up phases the console names, in the order a run reaches them (a phase is named once, when its line
 first appears, whatever the order)."""
 
-HEARTBEAT_S = 15.0
-"""During start-up, seconds without a console line before the console says what the run is still doing."""
+HEARTBEAT_S = 60.0
+"""During start-up, off a terminal: seconds without a console line before a line says what the run is still doing
+(on a terminal the status line is rewritten every second instead)."""
+CLEAR_LINE = "\r\x1b[K"
+"""What a terminal is sent to erase the status line before a line is printed where it was."""
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -294,7 +299,6 @@ _GLOG = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 _DRIVER_RECIPE_LOG = re.compile(r"^\[[^\]]*\]\[recipe_dapo[\w.]*\]\[INFO\] - (?P<message>.*)$")
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
-_PROGRESS = re.compile(r"^\r*DAPO training steps:\s+\d+%\|")
 
 
 def level_of(body: str) -> Optional[str]:
@@ -334,6 +338,11 @@ class ConsoleRouter:
         self.doing = "checking the configuration and the data"
         self._phases = [(re.compile(phase.pattern), phase) for phase in STARTUP_PHASES]
         self._phases_seen: set[int] = set()
+        self._phase_times: list[tuple[str, float]] = []  # (short name, seconds since the previous phase)
+        self.tty = False
+        """The console is a terminal: the start-up is a status line rewritten in place (set by the installer)."""
+        self.status_drawn = False
+        """The status line is on the terminal now (to be erased before the next line)."""
         self.stopping = False  # set once a stop signal came: see ``_route``
 
     def route(self, line: str, driver_stderr: bool = False) -> Optional[str]:
@@ -346,36 +355,52 @@ class ConsoleRouter:
             plain = _ANSI.sub("", line)
             match = _RAY_PREFIX.match(plain)
             prefix, body = (match.group(0), plain[match.end():]) if match else ("", plain)
-            phase = self._phase(prefix, body) if self.starting else None
+            ended = self._phase(prefix, body) if self.starting else None
             shown = self._route(line, prefix, body, driver_stderr)
-            if phase is not None:
-                shown = phase if shown is None else f"{phase}\n{shown}"
+            if ended is not None:
+                shown = ended if shown is None else f"{ended}\n{shown}"
             if shown is not None:
                 self.shown += 1
                 self._last_shown = self._clock()
             return shown
 
     def _phase(self, prefix: str, body: str) -> Optional[str]:
-        """The start-up phase line ``body`` (from ``prefix``) marks, the first time; None otherwise."""
-        if body.startswith(TAG + "step ") or body.startswith(TAG + "run ") or body.startswith(_TRACEBACK):
-            self.starting = False  # the first step (or the end): start-up is over
-            return None
+        """Notes the start-up phase ``body`` (from ``prefix``) marks, the first time; at the start-up's end (the
+        first validation or step line, or the run's end) the line that sums it up, else None."""
+        if body.startswith((TAG + "step ", TAG + "validation at step ", TAG + "run ", _TRACEBACK)):
+            self.starting = False  # the first validation or step (or the end): start-up is over
+            return self._startup_line() if self._phase_times else None
         for index, (pattern, phase) in enumerate(self._phases):
             if index not in self._phases_seen and pattern.search(prefix if phase.in_prefix else body):
                 self._phases_seen.add(index)
                 now = self._clock()
                 self.doing = phase.next
-                if not phase.done:
-                    return None
-                took, self._last_phase = now - self._last_phase, now
-                return f"start-up, {now - self.started:.0f} s: {phase.done} ({took:.0f} s)"
+                if phase.done:
+                    self._phase_times.append((phase.short or phase.done, now - self._last_phase))
+                    self._last_phase = now
+                return None
         return None
 
+    def _startup_line(self) -> str:
+        phases = ", ".join(f"{name} {took:.0f} s" for name, took in self._phase_times)
+        return f"start-up: {self._clock() - self.started:.0f} s ({phases}; the log file has every line)"
+
+    def status(self) -> Optional[str]:
+        """During start-up, the status line: the time since the driver started and what the run is doing."""
+        with self._lock:
+            if not self.starting:
+                return None
+            import shutil
+
+            text = f"start-up, {self._clock() - self.started:.0f} s: {self.doing}"
+            return text[: max(shutil.get_terminal_size().columns - 1, 20)]  # a wrapped line cannot be rewritten
+
     def heartbeat(self) -> Optional[str]:
-        """During start-up, after :data:`HEARTBEAT_S` seconds without a console line: what the run is still doing."""
+        """During start-up, off a terminal, after :data:`HEARTBEAT_S` seconds without a console line: what the run
+        is still doing (on a terminal the status line says it)."""
         with self._lock:
             now = self._clock()
-            if not self.starting or now - self._last_shown < HEARTBEAT_S:
+            if self.tty or not self.starting or now - self._last_shown < HEARTBEAT_S:
                 return None
             self._last_shown = now
             self.lines += 1
@@ -392,8 +417,6 @@ class ConsoleRouter:
             # whatever else Ray's processes print as they go, are the log file's; the console keeps the recipe's
             # lines (the summary, where to resume from).
             return None
-        if _PROGRESS.match(body):
-            return body
         if prefix.startswith("(raylet"):
             return line  # Ray's node manager: a worker died, memory ran low, objects spilled
         continued = self._continuation(prefix, body)
@@ -533,19 +556,42 @@ class RoutedStream(io.TextIOBase):
                 shown = self.router.route(line, driver_stderr=self.is_stderr)
                 self.log_file.write(line, shown=shown is not None)
                 if shown is not None:
-                    self.stream.write(shown + "\n")
+                    self._show(shown + "\n")
         return len(text)
+
+    def _show(self, text: str) -> None:
+        """``text`` on the console; on a terminal, in place of the start-up status line, which follows it."""
+        if not self.router.tty:
+            self.stream.write(text)
+            return
+        if self.router.status_drawn:
+            self.stream.write(CLEAR_LINE)
+        self.stream.write(text)
+        status = self.router.status()
+        self.router.status_drawn = status is not None
+        if status is not None:
+            self.stream.write(status)
+        self.stream.flush()
 
     def emit(self, line: str) -> None:
         """A line of the router's own (a start-up heartbeat): to the console and the log file, between lines."""
         with self._lock:
-            self.stream.write(line + "\n")
+            self._show(line + "\n")
             self.stream.flush()
             self.log_file.write(line, shown=True)
+
+    def redraw(self) -> None:
+        """On a terminal during start-up: the status line rewritten in place (its time, what the run does)."""
+        with self._lock:
+            if self.router.tty and not self._pending:
+                self._show("")
 
     def flush(self) -> None:
         with self._lock:
             if len(self._pending) > self._flushed:
+                if self.router.tty and self.router.status_drawn:  # a partial line (a bar) replaces the status
+                    self.stream.write(CLEAR_LINE)
+                    self.router.status_drawn = False
                 self.stream.write(self._pending[self._flushed:])
                 self._flushed = len(self._pending)
             self.stream.flush()
@@ -626,6 +672,7 @@ def install_console_filter(argv: Optional[Sequence[str]] = None, child_processes
     os.environ[TAG_ENV] = "1"  # inherited by the Ray workers this driver starts
     router, log_file = ConsoleRouter(show_all=show_all), LogFile()
     console_out, console_err = sys.stdout, sys.stderr
+    router.tty = not show_all and _is_terminal(console_out)
     if child_processes:  # the console is a copy of the descriptors; 1 and 2 become pipes read into the router
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -638,6 +685,13 @@ def install_console_filter(argv: Optional[Sequence[str]] = None, child_processes
         _ACTIVE.pipes = [_pipe_descriptor(fd, stream) for fd, stream in ((1, sys.stdout), (2, sys.stderr))]
     atexit.register(_at_exit, _ACTIVE)
     return _ACTIVE
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _pipe_descriptor(fd: int, stream: "RoutedStream") -> tuple[int, threading.Thread]:
@@ -666,10 +720,14 @@ def _pipe_descriptor(fd: int, stream: "RoutedStream") -> tuple[int, threading.Th
 
 
 def _heartbeat(stream: "RoutedStream", period_s: float = 1.0) -> None:
-    """While the run starts: after a silence of :data:`HEARTBEAT_S` seconds, a line saying what it is still doing."""
+    """While the run starts: on a terminal the status line rewritten every second; elsewhere, after a silence of
+    :data:`HEARTBEAT_S` seconds, a line saying what it is still doing."""
     router = stream.router
     while router.starting:
         time.sleep(period_s)
+        if router.tty:
+            stream.redraw()
+            continue
         line = router.heartbeat()
         if line is not None:
             stream.emit(line)
@@ -728,6 +786,8 @@ def _at_exit(output: RunOutput) -> None:
     if output.log_file.path is None:
         return
     router = output.router
+    if router.status_drawn:  # a run that ended during start-up: the status line erased
+        output.console.write(CLEAR_LINE)
     hidden = router.lines - router.shown
     text = f"log file: {output.log_file.path} ({output.log_file.lines} lines"
     text += f", {hidden} not shown here; {DISABLE_ENV}=0 shows them)" if hidden else ")"

@@ -61,13 +61,15 @@ def set_aside_superseded(path: str | os.PathLike, resumed_step: int) -> int:
     """Move the lines a process resuming at ``resumed_step`` will log again to the superseded file.
 
     Returns how many lines were moved. Lines that do not parse (a write cut by a kill) are moved too,
-    as ``{"raw": text}``. Nothing is moved when the file does not exist or nothing is superseded. Either way the
-    run's console gets one plain line (:func:`start_line`): a fresh start or a resume, and what happened to the
-    metrics already in the file.
+    as ``{"raw": text}``. Nothing is moved when the file does not exist or nothing is superseded. The run's console
+    gets one plain line (:func:`start_line`): a resume, or a fresh start where a metrics file was there before, and
+    what happened to the metrics already in the file; a first run (a fresh start, no file yet) gets none (its
+    summary names the metrics file).
     """
     path = str(path)
     if not os.path.exists(path):
-        _announce(start_line(path, resumed_step, [], []))
+        if resumed_step > 0:
+            _announce(start_line(path, resumed_step, [], []))
         return 0
     with open(path, "rb") as handle:
         lines = [line for line in handle.read().split(b"\n") if line.strip()]
