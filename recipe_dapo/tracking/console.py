@@ -7,7 +7,7 @@ the metrics file first):
     step 3/40 | acc 0.438 | keep 0.50 in 2 rounds | clip low 0.0012 high 0.0150 | len 27.3 (10.0% cut) | 41.2 s
     validation at step 4 | synthetic_arithmetic: mean@4 0.044 pass@4 0.125 (31 problems)
     run finished: steps 1-40 in 1h02m | tokens: 1.21M generated, 0.40M trained (33%)
-      validation, before training -> step 40: math 0.044 -> 0.210 (+0.166); best mean math 0.230 (step 32)
+      validation, step 4 -> step 40: synthetic_arithmetic 0.044 -> 0.210 (+0.166); best mean synthetic_arithmetic 0.230 (step 32)
       checkpoint: /work/runs/dapo_cpu/checkpoints/global_step_40
       metrics file: /work/runs/dapo_cpu/recipe_dapo/dapo_cpu.jsonl
       to train further: raise trainer.total_training_steps and rerun the same command (...)
