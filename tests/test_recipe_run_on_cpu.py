@@ -1,5 +1,5 @@
 """One run object, two trainers: what a DAPO run does the same on verl's classic and v1 trainers lives once, in
-``trainers.recipe_run.RecipeRun``, and each trainer is a thin adapter of verl's hooks onto it.
+``run.recipe_run.RecipeRun``, and each trainer is a thin adapter of verl's hooks onto it.
 
 Pinned here (as torchtune pins the methods its recipes share): both adapters hold a ``RecipeRun`` and implement the
 same verl hooks for the shared concerns; neither adapter calls the functions those concerns are made of (only the run
@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 from conftest import compose_recipe_config
 from recipe_dapo.dynamic_sampling.config import SAMPLER_SETTINGS, sampler_config, sampler_settings
 from recipe_dapo.preflight.sampling import rule_dynamic_sampling
-from recipe_dapo.trainers import recipe_run
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun
+from recipe_dapo.run import recipe_run
+from recipe_dapo.run.recipe_run import HoldsRecipeRun, RecipeRun
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ADAPTER_MODULES = {
@@ -100,13 +100,13 @@ def test_no_adapter_implements_a_shared_concern_itself():
     for kind, path in ADAPTER_MODULES.items():
         again = names_used(path.read_text()) & SHARED_CONCERN_PARTS
         assert not again, (f"the {kind} adapter uses {sorted(again)} itself: that concern is RecipeRun's "
-                           "(trainers/recipe_run.py), where both trainers get it")
+                           "(run/recipe_run.py), where both trainers get it")
     assert SHARED_CONCERN_PARTS - {"from_config"} <= names_used(inspect.getsource(recipe_run))
 
 
 def test_the_concern_scan_sees_a_second_implementation():
     # Positive control: an adapter that counts skipped updates with its own guard and writes its own state.
-    source = ("from recipe_dapo.trainers.step_metrics import UpdateGuard\n"
+    source = ("from recipe_dapo.run.step_metrics import UpdateGuard\n"
               "class T:\n"
               "    def __init__(self, config):\n"
               "        self.guard = UpdateGuard(config.dapo.health.max_skipped_updates)\n"
@@ -217,8 +217,8 @@ def test_the_v1_fit_logs_through_the_recipes_tracker_and_puts_verls_globals_back
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     from recipe_dapo.tracking.tracker import DAPOTracking
-    from recipe_dapo.trainers.preemption import Preempted
-    from recipe_dapo.trainers.rollout_health import StallWatch
+    from recipe_dapo.run.preemption import Preempted
+    from recipe_dapo.run.rollout_health import StallWatch
     from recipe_dapo.trainers.v1.trainer import DAPOTrainerV1
 
     monkeypatch.setenv("VERL_FILE_LOGGER_ROOT", str(tmp_path))

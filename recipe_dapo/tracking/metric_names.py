@@ -1,6 +1,6 @@
 """The names of the step metrics both trainers log beyond verl's, and of verl's own that the console and the run report
 read (verl has no constants for them). Defined here, below the trainers, so that the console, the report and the
-trainers share one spelling; ``trainers.step_metrics`` says what each means and computes them."""
+trainers share one spelling; ``run.step_metrics`` says what each means and computes them."""
 
 RESPONSE_TOKENS_METRIC = "training/response_tokens"
 """Response tokens that carried loss in the step's update (after the overlong filter)."""

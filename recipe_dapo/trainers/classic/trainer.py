@@ -59,13 +59,13 @@ from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds, \
     validation_seeds
-from recipe_dapo.trainers.nodes import log_placement
-from recipe_dapo.trainers.preemption import StepGivenUp
+from recipe_dapo.run.nodes import log_placement
+from recipe_dapo.run.preemption import StepGivenUp
 from recipe_dapo.trainers.process_steps import write_step_rewards
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
+from recipe_dapo.run.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
     stopped_outcome
-from recipe_dapo.trainers.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
-from recipe_dapo.trainers.validation_metrics import equal_samples_per_problem, with_problem_uids
+from recipe_dapo.run.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
+from recipe_dapo.run.validation_metrics import equal_samples_per_problem, with_problem_uids
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ logger = logging.getLogger(__name__)
 class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
     """verl's PPO trainer with DAPO's dynamic sampling, overlong filtering and training-step accounting; what both
     trainers share (update guard, pre-emption, tracker, liveness, recipe state, metrics) is its ``recipe``
-    (``trainers.recipe_run.RecipeRun``)."""
+    (``run.recipe_run.RecipeRun``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -167,7 +167,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
             self._shutdown_dump_executor()
 
-    # ------------------------------------------------------------------ pre-emption (``trainers.preemption``)
+    # ------------------------------------------------------------------ pre-emption (``run.preemption``)
 
     def stop_between_steps(self) -> bool:
         """Before step ``global_steps``: on a pre-emption request, checkpoint the step just done (unless saved) and
@@ -462,7 +462,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
         """verl's validation metrics over every problem, plus what papers report per source: mean@k, pass@k, maj@k.
 
-        verl's metrics get k samples of every problem (``recipe_dapo.trainers.validation_metrics`` says why); the headline
+        verl's metrics get k samples of every problem (``recipe_dapo.run.validation_metrics`` says why); the headline
         ``val-core/<source>/acc/mean@k`` is the per-problem mean over all samples of every problem.
         """
         equal = equal_samples_per_problem(data_sources, sample_uids, reward_extra_infos_dict)

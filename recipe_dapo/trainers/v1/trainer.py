@@ -33,10 +33,10 @@ from recipe_dapo.compat.verl import v1_tracking
 from recipe_dapo.overlong import TRUNCATED_COLUMN
 from recipe_dapo.policy_lag import row_lags
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
-from recipe_dapo.trainers.preemption import Preempted, StepGivenUp
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
+from recipe_dapo.run.preemption import Preempted, StepGivenUp
+from recipe_dapo.run.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
     stopped_outcome
-from recipe_dapo.trainers.rollout_health import StallWatch
+from recipe_dapo.run.rollout_health import StallWatch
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step, uninstall_tq_timing
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 class _DAPOOnV1(HoldsRecipeRun):
     """What DAPO changes in a verl v1 trainer, whatever its mode (mixed in before verl's trainer class); what both
-    trainers share is its ``recipe`` (``trainers.recipe_run.RecipeRun``)."""
+    trainers share is its ``recipe`` (``run.recipe_run.RecipeRun``)."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -179,7 +179,7 @@ class _DAPOOnV1(HoldsRecipeRun):
         finally:
             uninstall_tq_timing()
 
-    # ---------------------------------------------------------------- pre-emption (``trainers.preemption``)
+    # ---------------------------------------------------------------- pre-emption (``run.preemption``)
 
     def on_step_end(self):
         """Where verl saves: on a pre-emption request, checkpoint this step (unless saved); the run stops before the

@@ -32,10 +32,10 @@ from recipe_dapo.loss.dapo import BEHAVIOUR_WEIGHTED
 from recipe_dapo.policy_lag import configured_level, correction_not_reached
 from recipe_dapo.policy_lag.metrics import lag_metrics
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
-from recipe_dapo.trainers.checkpoint_state import checkpoint_exists, guarded_save, load_recipe_state, resume_line, \
+from recipe_dapo.run.checkpoint_state import checkpoint_exists, guarded_save, load_recipe_state, resume_line, \
     save_recipe_state
-from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck, TrainerWatch
-from recipe_dapo.trainers.step_metrics import PolicyWatch, UpdateGuard
+from recipe_dapo.run.preemption import GenerationWindow, GiveUpCheck, TrainerWatch
+from recipe_dapo.run.step_metrics import PolicyWatch, UpdateGuard
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class RecipeRun:
         import ray
 
         from recipe_dapo.compat.ray import run_in_actor
-        from recipe_dapo.trainers.run_lock import hold_as_writer
+        from recipe_dapo.run.run_lock import hold_as_writer
 
         folder = self.config.trainer.get("default_local_dir")
         if not folder:
@@ -127,7 +127,7 @@ class RecipeRun:
         (``PolicyWatch``)."""
         self.policy_watch.observe(metrics, step)
 
-    # ------------------------------------------------------------------ pre-emption (``trainers.preemption``)
+    # ------------------------------------------------------------------ pre-emption (``run.preemption``)
 
     def watch_preemption(self) -> None:
         """Create the run's flag (the training loop begins: a driver's signal now stops the run after a save)."""
@@ -213,7 +213,7 @@ class RecipeRun:
     def watch_rollout(self, checkpoint_manager: Any, agent_loop_manager: Any, llm_server_manager: Any):
         """Run the rollout's liveness probe beside every weight sync (``dapo.health.rollout_probe_s``): a sync into a
         dead engine never returns. Returns the probe (the v1 trainer's stream runs it too)."""
-        from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+        from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_weight_syncs
 
         liveness = RolloutLiveness.of(agent_loop_manager, llm_server_manager,
                                       max_unanswered=self.config.dapo.health.max_unanswered_health_checks)
@@ -258,7 +258,7 @@ class RecipeRun:
     @staticmethod
     def validation_metrics(verl_metrics: dict, data_sources, sample_uids, reward_extra_infos_dict) -> dict:
         """verl's validation metrics plus what papers report per source: mean@k, pass@k, maj@k."""
-        from recipe_dapo.trainers.validation_metrics import add_problem_metrics
+        from recipe_dapo.run.validation_metrics import add_problem_metrics
 
         return add_problem_metrics(verl_metrics, data_sources, sample_uids, reward_extra_infos_dict)
 
