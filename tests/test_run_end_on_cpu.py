@@ -116,7 +116,7 @@ class RecipeTrainer:
     def fit(self, fail: bool, fail_in_worker: bool = False) -> str:
         import ray
 
-        from recipe_dapo.run.recipe_run import failed_outcome
+        from recipe_dapo.run.lifecycle import failed_outcome
 
         tracker = self.recipe.open_tracker(resumed_step=0, total_steps=2)
         try:
