@@ -55,15 +55,15 @@ from recipe_dapo.dynamic_sampling import (
 )
 from recipe_dapo.loss.reference_reset import reset_due
 from recipe_dapo.policy_lag import POLICY_VERSION, row_lags, stamp
-from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
-from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
-from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds, \
-    validation_seeds
 from recipe_dapo.run.nodes import log_placement
 from recipe_dapo.run.recipe_run import RecipeRun
 from recipe_dapo.run.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
 from recipe_dapo.run.validation_metrics import equal_samples_per_problem, with_problem_uids
 from recipe_dapo.trainers.adapter import HoldsRecipeRun
+from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
+from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
+from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds, \
+    validation_seeds
 from recipe_dapo.trainers.process_steps import write_step_rewards
 
 logger = logging.getLogger(__name__)

@@ -32,9 +32,9 @@ from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, registe
 from recipe_dapo.compat.verl import v1_tracking
 from recipe_dapo.overlong import TRUNCATED_COLUMN
 from recipe_dapo.policy_lag import row_lags
-from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.run.recipe_run import RecipeRun
 from recipe_dapo.run.rollout_health import StallWatch
+from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.adapter import HoldsRecipeRun
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step, uninstall_tq_timing
