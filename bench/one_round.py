@@ -1,7 +1,8 @@
 """One round per step on CPU: the mode against the same trainer without it, and against v1 streaming and the classic
 trainer's deficit rounds, on the chain task (whose responses vary 2-6x in length).
 
-Arms (the default CPU run, ``platform=cpu size=cpu_tiny``; only the trainer and its sampling differ):
+Arms (the default CPU run: ``platform=cpu size=cpu_chain`` on the chain task's inputs; only the trainer and its
+sampling differ):
 
 - ``v1_one_round``: verl's v1 trainer, ``colocate_async``, ``dapo.dynamic_sampling.one_round=true``: the step's
   submission sized to fill the batch at ``one_round_confidence``, the step ended when full, the unfinished responses
@@ -59,7 +60,7 @@ def run_arm(arm: str, repeat: int, args, assets: dict) -> dict:
     metrics_file = run_dir / "metrics.jsonl"
     metrics_file.unlink(missing_ok=True)
     command = [
-        sys.executable, "-m", "recipe_dapo.main_dapo", "platform=cpu", "size=cpu_tiny",
+        sys.executable, "-m", "recipe_dapo.main_dapo", "platform=cpu", "size=cpu_chain",
         f"data.train_files={assets['TRAIN_FILE']}", f"data.val_files={assets['VAL_FILE']}",
         f"actor_rollout_ref.model.path={assets['MODEL_PATH']}", f"trainer.total_training_steps={args.steps}",
         "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false", "trainer.resume_mode=disable",
@@ -172,7 +173,7 @@ def main(argv=None) -> None:
     args.work_dir = args.work_dir.resolve()
     if args.steps < 2:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
-    build = subprocess.run([sys.executable, "-m", "recipe_dapo.cpu.assets", "--out",
+    build = subprocess.run([sys.executable, "-m", "recipe_dapo.cpu.assets", "--task", "chain", "--out",
                             str(args.assets or args.work_dir / "assets")], capture_output=True, text=True, check=True)
     assets = dict(line.split("=", 1) for line in build.stdout.splitlines() if line.split("=", 1)[0] in
                   ("MODEL_PATH", "TRAIN_FILE", "VAL_FILE"))

@@ -57,7 +57,7 @@ def delay_for(phase: str, metrics: dict) -> float:
 
 def run_once(work_dir: Path, assets: dict, overrides: tuple, phase: str, signum: int, to: str, resume: bool) -> dict:
     from recipe_dapo.tracking.checkpoint_folders import latest_checkpointed_step
-    from recipe_dapo.trainers.checkpoint_guard import damaged_files
+    from recipe_dapo.run.checkpoint_guard import damaged_files
 
     if work_dir.exists():
         shutil.rmtree(work_dir)

@@ -30,7 +30,7 @@ from recipe_dapo.cpu.memory import apply_cpu_kv_cache  # noqa: E402
 from recipe_dapo.preflight import DAPOConfigError, check_config  # noqa: E402
 from recipe_dapo.tracking.noise import attach_log_file, recipe_line  # noqa: E402
 from recipe_dapo.preflight.checkpoints import hold_run_folder  # noqa: E402
-from recipe_dapo.trainers.checkpoint_guard import nothing_left_to_train  # noqa: E402
+from recipe_dapo.run.checkpoint_guard import nothing_left_to_train  # noqa: E402
 from recipe_dapo.trainers.table import load, trainer_for  # noqa: E402
 from recipe_dapo.policy_lag import correction_line  # noqa: E402
 
@@ -54,8 +54,8 @@ def run(config: DictConfig) -> None:
     from verl.trainer.main_ppo import run_ppo
 
     from recipe_dapo.plugin import PluginNotLoadedError
-    from recipe_dapo.trainers.nodes import CheckedOnEveryNode
-    from recipe_dapo.trainers.run_end import summary_when_the_trainer_cannot
+    from recipe_dapo.run.nodes import CheckedOnEveryNode
+    from recipe_dapo.run.run_end import summary_when_the_trainer_cannot
 
     # Every Ray node is asked whether `import verl` registers the recipe there, before the task runner starts.
     runner = CheckedOnEveryNode(load(trainer.task_runner), enabled=config.dapo.preflight.check_worker_plugins)
@@ -68,7 +68,7 @@ def run(config: DictConfig) -> None:
 
 class preemption_guard:
     """SIGTERM / SIGINT from here on: during start-up the launch stops at once; during training the trainer saves its
-    step and the driver exits with 128 + signal after printing where to resume from (``trainers.preemption``)."""
+    step and the driver exits with 128 + signal after printing where to resume from (``run.preemption``)."""
 
     def __init__(self, config: DictConfig):
         self.config = config
@@ -76,7 +76,7 @@ class preemption_guard:
     def __enter__(self):
         self.guard = None
         if self.config.dapo.preemption.enable:
-            from recipe_dapo.trainers.preemption import guard_driver
+            from recipe_dapo.run.preemption import guard_driver
 
             self.guard = guard_driver(self.config)
         return self.guard
@@ -107,7 +107,7 @@ class refusals_exit_cleanly:
             from recipe_dapo.plugin import PluginNotLoadedError  # here: importing the plugin may import verl
 
             if not isinstance(error, PluginNotLoadedError):
-                from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+                from recipe_dapo.run.checkpoint_state import CheckpointWriteError
 
                 if isinstance(error, CheckpointWriteError):  # raised in the task runner: Ray's copy has its traceback
                     print(f"\nrecipe_dapo: {getattr(error, 'cause', error)}\n", file=sys.stderr, flush=True)

@@ -49,7 +49,7 @@ from recipe_dapo.tracking.run_log import SUPERSEDED_SUFFIX, read_metrics
 
 from recipe_dapo.dynamic_sampling.sampler import GENERATED_TOKENS, KEEP_RATE, NUM_GEN_ROUNDS
 from recipe_dapo.dynamic_sampling.selection import LENGTH_KS, LENGTH_SHIFT, RECYCLED
-from recipe_dapo.trainers.step_metrics import (
+from recipe_dapo.run.step_metrics import (
     ENTROPY,
     GEN_TIME,
     RESPONSE_LENGTH_MEAN,

@@ -1,5 +1,5 @@
-"""What a rerun checks about the checkpoint it resumes from (``trainers.checkpoint_guard``, the start-up rule
-``preflight.checkpoints``), and one run per checkpoint folder (``trainers.run_lock``, taken by
+"""What a rerun checks about the checkpoint it resumes from (``run.checkpoint_guard``, the start-up rule
+``preflight.checkpoints``), and one run per checkpoint folder (``run.run_lock``, taken by
 ``preflight.checkpoints.hold_run_folder``): on real files in tmp folders,
 with checkpoints written the way the trainers write them (``checkpoint_state.save_recipe_state`` and torch files laid
 out as verl's FSDP checkpoint manager lays them out)."""
@@ -41,7 +41,7 @@ def config_for(checkpoints, *overrides):
 
 def save_checkpoint(config, step: int, weights: int = 1000) -> str:
     """A checkpoint as the trainers write one: the recipe's state and shape, verl's actor files, then the tracker."""
-    from recipe_dapo.trainers.checkpoint_state import save_recipe_state, step_folder
+    from recipe_dapo.run.checkpoint_state import save_recipe_state, step_folder
 
     save_recipe_state(config, step, {"sampler": {"pool": []}})
     folder = step_folder(config.trainer.default_local_dir, step)
@@ -61,7 +61,7 @@ def truncate(path: str) -> None:
 
 
 def problems(config, dry_run=False) -> list[str]:
-    from recipe_dapo.trainers.checkpoint_guard import checkpoint_problems
+    from recipe_dapo.run.checkpoint_guard import checkpoint_problems
 
     return list(checkpoint_problems(config, dry_run=dry_run))
 
@@ -100,7 +100,7 @@ def test_the_start_up_rules_refuse_a_changed_n_before_any_worker_starts(data, tm
 
 
 def test_a_rerun_of_a_finished_run_says_there_is_nothing_to_train_and_how_to_train_further(tmp_path):
-    from recipe_dapo.trainers.checkpoint_guard import nothing_left_to_train
+    from recipe_dapo.run.checkpoint_guard import nothing_left_to_train
 
     config = config_for(tmp_path, "trainer.total_training_steps=6")
     assert nothing_left_to_train(config) is None  # no checkpoint: a fresh start
@@ -155,7 +155,7 @@ def test_a_damaged_latest_checkpoint_is_named_with_the_previous_complete_one(tmp
 
 
 def test_with_the_knob_the_previous_complete_checkpoint_is_taken_and_the_damaged_one_moved_aside(tmp_path):
-    from recipe_dapo.trainers.checkpoint_guard import resume_folder
+    from recipe_dapo.run.checkpoint_guard import resume_folder
 
     config = config_for(tmp_path, "dapo.resume.fallback_to_previous=true")
     save_checkpoint(config, 4)
@@ -244,7 +244,7 @@ def test_the_start_up_rules_refuse_a_checkpoint_with_garbage_inside_before_any_w
 
 
 def test_loading_a_corrupt_recipe_state_names_the_file(tmp_path):
-    from recipe_dapo.trainers.checkpoint_state import load_recipe_state
+    from recipe_dapo.run.checkpoint_state import load_recipe_state
 
     config = config_for(tmp_path)
     latest = save_checkpoint(config, 2)
@@ -257,7 +257,7 @@ def test_loading_a_corrupt_recipe_state_names_the_file(tmp_path):
 
 
 def test_a_disk_with_less_free_space_than_the_last_checkpoint_is_refused_at_start_up(tmp_path, monkeypatch):
-    from recipe_dapo.trainers import checkpoint_guard
+    from recipe_dapo.run import checkpoint_guard
 
     config = config_for(tmp_path)
     latest = save_checkpoint(config, 6, weights=100_000)
@@ -278,7 +278,7 @@ def test_a_disk_with_less_free_space_than_the_last_checkpoint_is_refused_at_star
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from recipe_dapo.trainers.run_lock import RunLock
+    from recipe_dapo.run.run_lock import RunLock
     lock = RunLock(sys.argv[1]).acquire()
     print("held", flush=True)
     sys.stdin.readline()  # until the test closes our stdin
@@ -314,7 +314,7 @@ def test_a_second_launch_into_a_held_folder_is_refused_naming_the_first_runs_pid
 
 
 def test_a_run_killed_without_cleanup_leaves_no_lock_behind(tmp_path):
-    from recipe_dapo.trainers.run_lock import RunLock
+    from recipe_dapo.run.run_lock import RunLock
 
     first = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
@@ -327,7 +327,7 @@ def test_a_run_killed_without_cleanup_leaves_no_lock_behind(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from recipe_dapo.trainers.run_lock import hold_as_writer
+    from recipe_dapo.run.run_lock import hold_as_writer
     hold_as_writer(sys.argv[1])  # a worker of a run whose driver is gone, still writing its shard
     print("writing", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -355,7 +355,7 @@ def test_a_new_driver_waits_until_the_workers_of_a_killed_run_stop_writing(tmp_p
 
 
 def test_workers_that_never_stop_writing_are_refused_after_the_wait(tmp_path):
-    from recipe_dapo.trainers.run_lock import FolderInUse, wait_for_writers
+    from recipe_dapo.run.run_lock import FolderInUse, wait_for_writers
 
     worker = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "60"], stdout=subprocess.PIPE, text=True)
     try:
@@ -370,10 +370,10 @@ def test_workers_that_never_stop_writing_are_refused_after_the_wait(tmp_path):
 
 
 def test_a_writer_that_cannot_take_the_lock_warns_and_goes_on(tmp_path, caplog):
-    from recipe_dapo.trainers.run_lock import hold_as_writer
+    from recipe_dapo.run.run_lock import hold_as_writer
 
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    with caplog.at_level("WARNING", logger="recipe_dapo.trainers.run_lock"):
+    with caplog.at_level("WARNING", logger="recipe_dapo.run.run_lock"):
         hold_as_writer(str(blocker / "checkpoints"))  # the folder cannot be made: no lock, no failure
     assert "cannot hold the writers' lock in" in caplog.text

@@ -46,7 +46,7 @@ def test_the_top_level_holds_six_modules_and_the_rest_is_in_packages():
     assert modules == TOP_LEVEL, (f"new at the top level: {sorted(modules - TOP_LEVEL)} (move it into the package of "
                                   f"its concept); gone: {sorted(TOP_LEVEL - modules)}")
     packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
-    assert {"trainers", "preflight", "config", "loss", "tracking", "cpu", "data"} <= packages, packages
+    assert {"trainers", "run", "preflight", "config", "loss", "tracking", "cpu", "data"} <= packages, packages
 
 
 COMMANDS = commands_named()
@@ -108,9 +108,11 @@ ALLOWED_IMPORTS = {
 }
 """package -> the recipe packages its modules may import (absent: any)."""
 FORBIDDEN_IMPORTS = {
-    "tracking": {"trainers", "preflight", "main_dapo", "dry_run", "report"},
+    "tracking": {"trainers", "run", "preflight", "main_dapo", "dry_run", "report"},
+    "run": {"trainers"},
 }
-"""package -> recipe packages its modules must not import (what a run shows sits below what runs it)."""
+"""package -> recipe packages its modules must not import (what a run shows sits below what runs it; the run's
+lifecycle sits below the trainers that drive it)."""
 
 
 def recipe_imports(source: str) -> set[str]:
@@ -157,7 +159,10 @@ def test_ground_packages_and_tracking_import_nothing_above_them():
 
 def test_the_import_direction_rules_flag_an_upward_import():
     # Positive control: the rules above see a violation, at module level and inside a function.
-    assert import_direction_violations("tracking", "from recipe_dapo.trainers.step_metrics import STEP_TIME\n") == [
+    assert import_direction_violations("tracking", "from recipe_dapo.trainers.table import TRAINERS\n") == [
+        "trainers"]
+    assert import_direction_violations("tracking", "from recipe_dapo.run.step_metrics import STEP_TIME\n") == ["run"]
+    assert import_direction_violations("run", "def f():\n    from recipe_dapo.trainers.v1 import trainer\n") == [
         "trainers"]
     assert import_direction_violations("dynamic_sampling", "def f():\n    import recipe_dapo.tracking.console\n") == [
         "tracking"]
@@ -393,7 +398,7 @@ def test_docs_architecture_md_is_the_package_map_rendered_from_the_code():
     for folder in sorted(p.parent for p in PACKAGE.glob("*/__init__.py")):  # every package is on the map, described
         assert f"## `recipe_dapo.{folder.name}`" in rendered
         assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), f"{folder.name} has no docstring"
-    assert "| `trainers.preemption` |" in rendered and "| `compat.verl` |" in rendered
+    assert "| `run.preemption` |" in rendered and "| `compat.verl` |" in rendered
 
 
 # ------------------------------------------------------------------------------------------------ the suite's own runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import fresh_pythons
-from recipe_dapo.trainers.nodes import placement_summary, plugin_problems
+from recipe_dapo.run.nodes import placement_summary, plugin_problems
 
 NODES = [
     {"NodeID": "aa11", "NodeManagerAddress": "10.0.0.1", "NodeManagerHostname": "head"},
@@ -39,7 +39,7 @@ def test_the_probe_in_a_fresh_process_sees_what_import_verl_registered():
     code = (
         "import ray, sys\n"
         "ray.get_runtime_context = lambda: type('C', (), {'get_node_id': lambda self: 'n0'})()\n"
-        "from recipe_dapo.trainers.nodes import probe_this_process\n"
+        "from recipe_dapo.run.nodes import probe_this_process\n"
         "assert 'recipe_dapo.plugin' not in sys.modules  # the probe's module registers nothing by itself\n"
         "report = probe_this_process()\n"
         "print(report['missing'], report['plugin_loaded'])\n"
@@ -77,7 +77,7 @@ def test_the_driver_checks_every_node_before_the_task_runner_starts(monkeypatch)
     """verl's run_ppo calls ``task_runner_class.remote()`` (or ``.options(...).remote()``): the node check runs
     first and a refusal means no task runner was asked for; with the check off it is not run."""
     from recipe_dapo.plugin import PluginNotLoadedError
-    from recipe_dapo.trainers import nodes
+    from recipe_dapo.run import nodes
 
     calls = []
 

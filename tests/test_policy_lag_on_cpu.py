@@ -32,7 +32,7 @@ from recipe_dapo.policy_lag import (
 from recipe_dapo.policy_lag.metrics import lag_metrics
 from recipe_dapo.preflight import DAPOConfigError, check_rules
 from recipe_dapo.preflight.base import CheckReport
-from recipe_dapo.trainers.recipe_run import BehaviourCorrectionNotApplied, RecipeRun
+from recipe_dapo.run.recipe_run import BehaviourCorrectionNotApplied, RecipeRun
 
 CPU = ["platform=cpu", "size=cpu_chain"]
 

@@ -83,7 +83,7 @@ STUCK_TRAINER = textwrap.dedent("""
     @ray.remote(num_cpus=0)
     class StuckTrainer:
         def run(self):
-            from recipe_dapo.trainers.preemption import TrainerWatch
+            from recipe_dapo.run.preemption import TrainerWatch
             # training began: the driver will wait for it (the trainer keeps its watch, as the trainers do: the flag
             # actor lives as long as a handle to it does)
             self.watch = TrainerWatch.open()
@@ -178,10 +178,10 @@ STOPPING_TRAINER = textwrap.dedent("""
 
     @ray.remote(num_cpus=0)
     class Trainer:
-        # the trainers' protocol (trainers.recipe_run): open the watch when the loop begins, read it at each step
+        # the trainers' protocol (run.recipe_run): open the watch when the loop begins, read it at each step
         # boundary, save and return once it is raised
         def run(self, checkpoint):
-            from recipe_dapo.trainers.preemption import TrainerWatch
+            from recipe_dapo.run.preemption import TrainerWatch
             watch = TrainerWatch.open()
             print("training", flush=True)
             for step in range(1, 600):
@@ -248,7 +248,7 @@ FROZEN_GCS = textwrap.dedent("""
 def test_a_flag_look_up_that_ray_does_not_answer_is_named_as_such_not_as_start_up(tmp_path):
     """Ray's GCS stopped (SIGSTOP: a node that does not answer): the look-up of the stop flag gets no answer, and the
     driver exits within FLAG_TIMEOUT_S saying so, not that the run was starting."""
-    from recipe_dapo.trainers.preemption import FLAG_TIMEOUT_S
+    from recipe_dapo.run.preemption import FLAG_TIMEOUT_S
 
     script = FROZEN_GCS.format(tests=str(REPO_ROOT / "tests"), checkpoints=str(tmp_path / "checkpoints"))
     driver, lines = start_driver(tmp_path, script, "ray started")
@@ -280,7 +280,7 @@ def test_a_checkpoint_write_error_from_the_task_runner_ends_the_driver_with_its_
     from ray.exceptions import RayTaskError
 
     from recipe_dapo.main_dapo import refusals_exit_cleanly
-    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+    from recipe_dapo.run.checkpoint_state import CheckpointWriteError
 
     line = "checkpoint /ckpt/global_step_2 not written (disk full: ...); last good checkpoint: /ckpt/global_step_1"
     cause = CheckpointWriteError(line)
@@ -297,7 +297,7 @@ def test_a_checkpoint_write_error_from_the_task_runner_ends_the_driver_with_its_
 
 
 class SignalNow:
-    """The trainer's view of the driver's flag, raised (``trainers.preemption.TrainerWatch``)."""
+    """The trainer's view of the driver's flag, raised (``run.preemption.TrainerWatch``)."""
 
     def requested(self):
         return "SIGTERM"
@@ -309,7 +309,7 @@ def v1_trainer(tmp_path, monkeypatch, saves: list):
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     from conftest import compose_recipe_config
-    from recipe_dapo.trainers.step_metrics import UpdateGuard
+    from recipe_dapo.run.step_metrics import UpdateGuard
     from recipe_dapo.trainers.v1.trainer import DAPOTrainerV1
 
     def verls_save(trainer):
@@ -343,7 +343,7 @@ def v1_trainer(tmp_path, monkeypatch, saves: list):
 def test_v1_trainer_saves_the_step_where_verl_saves_then_skips_validation_and_stops(tmp_path, monkeypatch):
     import torch
 
-    from recipe_dapo.trainers.preemption import Preempted
+    from recipe_dapo.run.preemption import Preempted
 
     saves = []
     trainer = v1_trainer(tmp_path, monkeypatch, saves)
@@ -369,7 +369,7 @@ def test_v1_trainer_reports_a_full_disk_in_one_line_and_removes_the_step(tmp_pat
 
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+    from recipe_dapo.run.checkpoint_state import CheckpointWriteError
 
     trainer = v1_trainer(tmp_path, monkeypatch, [])
 
@@ -399,7 +399,7 @@ class Flag:
 
 
 def test_a_blocking_call_in_generation_is_interrupted_within_the_poll_interval_and_the_handler_is_put_back():
-    from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck, StepGivenUp
+    from recipe_dapo.run.preemption import GenerationWindow, GiveUpCheck, StepGivenUp
 
     before = signal.getsignal(signal.SIGINT)
     check = GiveUpCheck(Flag(after_s=0.3), poll_s=0.2).armed_for(7)
@@ -421,7 +421,7 @@ def test_a_blocking_call_in_generation_is_interrupted_within_the_poll_interval_a
 def test_a_request_as_the_window_closes_gives_the_step_up_there_and_never_later_in_the_step():
     """The flag read just as the rollout call returns: the interrupt is on its way while the window closes. It must
     surface inside the ``with`` (the step is given up), never as a stray KeyboardInterrupt in the update after it."""
-    from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck, StepGivenUp
+    from recipe_dapo.run.preemption import GenerationWindow, GiveUpCheck, StepGivenUp
 
     before = signal.getsignal(signal.SIGINT)
     outcomes = {"inside": 0, "stray": 0}
@@ -447,7 +447,7 @@ def test_a_request_as_the_window_closes_gives_the_step_up_there_and_never_later_
 def test_a_real_sigint_in_the_window_still_reaches_the_previous_handler_and_outside_the_main_thread_nothing_fires():
     import threading
 
-    from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck
+    from recipe_dapo.run.preemption import GenerationWindow, GiveUpCheck
 
     flag = Flag(after_s=None)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever the session set
@@ -475,7 +475,7 @@ def test_a_real_sigint_in_the_window_still_reaches_the_previous_handler_and_outs
 
 
 def test_the_check_reads_the_flag_at_most_once_per_interval_and_never_when_disarmed():
-    from recipe_dapo.trainers.preemption import GiveUpCheck, StepGivenUp
+    from recipe_dapo.run.preemption import GiveUpCheck, StepGivenUp
 
     now = [100.0]
     flag = Flag(after_s=None)
@@ -501,7 +501,7 @@ def test_v1_a_step_saved_whose_weight_sync_fails_is_logged_before_the_error_ends
     """verl's v1 loop saves a step, then syncs the weights (``on_step_end``), then logs it: a dead engine failing the
     sync would leave a saved step that was never logged (and a rerun resumes after it). The step's metrics reach the
     metrics file first; a step that was not saved is not logged from there (its rerun logs it)."""
-    from recipe_dapo.trainers.rollout_health import RolloutDied
+    from recipe_dapo.run.rollout_health import RolloutDied
 
     class NoSignal:
         def requested(self):

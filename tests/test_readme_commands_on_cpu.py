@@ -279,7 +279,7 @@ def test_your_own_model_and_data_with_relative_paths_trains_on_the_files_typed(f
 def test_the_default_runs_checkpoint_that_blocks_your_own_shape_names_work_dir(tmp_path):
     """After the quick start, 'your own model and data' runs in size=cpu_tiny's shape in the same WORK_DIR: the
     default run's checkpoint refuses it, and the refusal says how to start elsewhere with the script's own variable."""
-    from recipe_dapo.trainers.checkpoint_guard import shape_changes, write_shape
+    from recipe_dapo.run.checkpoint_guard import shape_changes, write_shape
 
     folder = tmp_path / "checkpoints" / "global_step_12"
     folder.mkdir(parents=True)

@@ -1,10 +1,12 @@
 """One run object, two trainers: what a DAPO run does the same on verl's classic and v1 trainers lives once, in
-``trainers.recipe_run.RecipeRun``, and each trainer is a thin adapter of verl's hooks onto it.
+``run.recipe_run.RecipeRun`` (its lifecycle: ``run.lifecycle``), and each trainer is a thin adapter of verl's hooks
+and loop events onto it.
 
-Pinned here (as torchtune pins the methods its recipes share): both adapters hold a ``RecipeRun`` and implement the
-same verl hooks for the shared concerns; neither adapter calls the functions those concerns are made of (only the run
-object does), so a concern cannot grow a second implementation unnoticed; the sampler is built from the same settings
-on both; and the run object's state really travels through a checkpoint."""
+Pinned here (as torchtune pins the methods its recipes share): both adapters hold a ``RecipeRun``, implement the
+same verl hooks for the shared concerns and forward the same loop events; neither adapter calls the functions those
+concerns are made of (only the run object does), so a concern cannot grow a second implementation unnoticed; the
+sampler is built from the same settings on both; and the run object's state really travels through a checkpoint.
+What the two trainers do with the events (what they save and print) is compared in ``test_run_lifecycle_on_cpu``."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from omegaconf import OmegaConf
 from conftest import compose_recipe_config
 from recipe_dapo.dynamic_sampling.config import SAMPLER_SETTINGS, sampler_config, sampler_settings
 from recipe_dapo.preflight.sampling import rule_dynamic_sampling
-from recipe_dapo.trainers import recipe_run
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun
+from recipe_dapo.run import lifecycle, recipe_run
+from recipe_dapo.run.recipe_run import RecipeRun
+from recipe_dapo.trainers.adapter import HoldsRecipeRun
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ADAPTER_MODULES = {
@@ -31,18 +34,22 @@ SHARED_HOOKS = ("fit", "_save_checkpoint", "_load_checkpoint", "_val_metrics_upd
 """verl hooks through which both adapters hand the shared concerns to the run object (verl names them alike)."""
 
 RUN_METHODS = {
-    "open_tracker", "watch_rollout", "watch_preemption", "stop_requested", "needs_checkpoint", "observe_update",
-    "save_checkpoint", "load_checkpoint", "announce_resume", "validation_metrics", "count_trained_tokens",
-    "filter_overlong",
+    "open_tracker", "watch_rollout", "run_begins", "step_begins", "generation_begins", "update_begins", "step_ends",
+    "drive", "observe_update", "save_checkpoint", "load_checkpoint", "announce_resume", "validation_metrics",
+    "count_trained_tokens", "filter_overlong",
 }
-"""What both adapters call on their ``recipe``: the shared concerns, one method each."""
+"""What both adapters call on their ``recipe``: the shared concerns, one method each, and the lifecycle's events
+(``run.lifecycle``: the flag's reads, the saves on a stop and the outcomes are the lifecycle's, behind them)."""
 
 SHARED_CONCERN_PARTS = {
     "UpdateGuard", "TrainerWatch", "open_tracking", "watch_weight_syncs", "RolloutLiveness", "save_recipe_state",
     "load_recipe_state", "guarded_save", "resume_line", "checkpoint_exists", "add_problem_metrics",
     "apply_overlong_filter", "stop_token_ids", "announce", "from_config",
+    "Preempted", "StepGivenUp", "failed_outcome", "stopped_outcome", "given_up_outcome", "abandon_rollout",
+    "checkpoint_previous_step", "stop_requested",
 }
-"""The functions and classes the shared concerns are made of: only ``recipe_run`` uses them."""
+"""The functions and classes the shared concerns are made of: only the run object (``recipe_run``, ``lifecycle``)
+uses them."""
 
 
 def adapter_classes():
@@ -100,13 +107,14 @@ def test_no_adapter_implements_a_shared_concern_itself():
     for kind, path in ADAPTER_MODULES.items():
         again = names_used(path.read_text()) & SHARED_CONCERN_PARTS
         assert not again, (f"the {kind} adapter uses {sorted(again)} itself: that concern is RecipeRun's "
-                           "(trainers/recipe_run.py), where both trainers get it")
-    assert SHARED_CONCERN_PARTS - {"from_config"} <= names_used(inspect.getsource(recipe_run))
+                           "(run/recipe_run.py, run/lifecycle.py), where both trainers get it")
+    run_object = names_used(inspect.getsource(recipe_run)) | names_used(inspect.getsource(lifecycle))
+    assert SHARED_CONCERN_PARTS - {"from_config"} <= run_object
 
 
 def test_the_concern_scan_sees_a_second_implementation():
     # Positive control: an adapter that counts skipped updates with its own guard and writes its own state.
-    source = ("from recipe_dapo.trainers.step_metrics import UpdateGuard\n"
+    source = ("from recipe_dapo.run.step_metrics import UpdateGuard\n"
               "class T:\n"
               "    def __init__(self, config):\n"
               "        self.guard = UpdateGuard(config.dapo.health.max_skipped_updates)\n"
@@ -217,8 +225,8 @@ def test_the_v1_fit_logs_through_the_recipes_tracker_and_puts_verls_globals_back
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     from recipe_dapo.tracking.tracker import DAPOTracking
-    from recipe_dapo.trainers.preemption import Preempted
-    from recipe_dapo.trainers.rollout_health import StallWatch
+    from recipe_dapo.run.preemption import Preempted
+    from recipe_dapo.run.rollout_health import StallWatch
     from recipe_dapo.trainers.v1.trainer import DAPOTrainerV1
 
     monkeypatch.setenv("VERL_FILE_LOGGER_ROOT", str(tmp_path))

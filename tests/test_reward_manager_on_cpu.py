@@ -738,7 +738,7 @@ def test_on_verl_v1_a_broken_reward_function_fails_its_group_as_fatal_so_the_run
     tag marks RewardFunctionBroken fatal (also inside Ray's wrapper), so the buffer stops the step with its line.
     Positive control: an ordinary reward exception is not fatal (one group lost, the run goes on)."""
     from recipe_dapo.reward.bounded_calls import RewardFunctionBroken
-    from recipe_dapo.trainers.rollout_health import FATAL_TAG, ERROR_TAG, error_tag
+    from recipe_dapo.run.rollout_health import FATAL_TAG, ERROR_TAG, error_tag
 
     broken = RewardFunctionBroken("custom reward function compute_score in /r.py: 5 of 5 (100%) calls timed out")
     tag = error_tag(broken)
@@ -751,7 +751,7 @@ def test_on_verl_v1_a_broken_reward_function_fails_its_group_as_fatal_so_the_run
     except RuntimeError as wrapped:
         assert error_tag(wrapped)[FATAL_TAG] is True
     assert error_tag(ValueError("cannot parse"))[FATAL_TAG] is False
-    from recipe_dapo.trainers.rollout_health import fatal_failure_message
+    from recipe_dapo.run.rollout_health import fatal_failure_message
 
     message = fatal_failure_message(4, [tag[ERROR_TAG]], 3, 10)
     assert message.startswith("the reward function stopped the run at step 4: 3 prompt group(s) failed with "

@@ -1,11 +1,11 @@
-"""``trainers.rollout_health``: which rollout errors end a v1 run, the line that says so, and when the stream
+"""``run.rollout_health``: which rollout errors end a v1 run, the line that says so, and when the stream
 probes the rollout's liveness (pure: no Ray cluster, no TransferQueue)."""
 
 from __future__ import annotations
 
 import pytest
 
-from recipe_dapo.trainers.rollout_health import (
+from recipe_dapo.run.rollout_health import (
     RolloutDied,
     StallWatch,
     error_tag,
@@ -111,7 +111,7 @@ class SyncIntoTheEngine:
 def test_a_weight_sync_into_a_dead_engine_ends_with_the_engine_named_within_the_probe_interval(engine_health):
     import time
 
-    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_weight_syncs
 
     manager = SyncIntoTheEngine(engine_health, takes_s=0.3)
     watch_weight_syncs(manager, RolloutLiveness([], [], [engine_health.address], timeout_s=2), every_s=0.1)
@@ -127,7 +127,7 @@ def test_a_weight_sync_into_a_dead_engine_ends_with_the_engine_named_within_the_
 
 
 def test_a_watched_weight_sync_raises_verls_own_error_and_is_wrapped_once(engine_health):
-    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_weight_syncs
 
     class Failing:
         def update_weights(self, global_steps=None):
@@ -156,7 +156,7 @@ def test_an_engine_whose_port_is_closed_counts_dead_after_the_bound_and_is_named
     logged; the third in a row (``dapo.health.max_unanswered_health_checks=3``) ends the sync naming the address."""
     import time
 
-    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_weight_syncs
 
     manager = SyncIntoTheEngine(engine_health)
     probe = RolloutLiveness([], [], [engine_health.address], timeout_s=2, max_unanswered=3)
@@ -175,7 +175,7 @@ def test_an_engine_whose_port_is_closed_counts_dead_after_the_bound_and_is_named
 
 def test_an_engine_that_never_answers_counts_dead_after_the_bound_and_one_answer_starts_the_count_again(
         engine_health):
-    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness
 
     probe = RolloutLiveness([], [], [engine_health.address], timeout_s=0.2, max_unanswered=3)
     engine_health.answering = False  # connections accepted, nothing ever answered
@@ -192,7 +192,7 @@ def test_an_engine_that_never_answers_counts_dead_after_the_bound_and_one_answer
 
 
 def test_a_healthy_engine_is_never_counted_dead_and_zero_turns_the_count_off(engine_health):
-    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness
 
     healthy = RolloutLiveness([], [], [engine_health.address], timeout_s=2, max_unanswered=1)
     for _ in range(20):

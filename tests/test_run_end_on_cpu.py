@@ -1,4 +1,4 @@
-"""``trainers.run_end``: when the trainer's process dies or the run fails before the trainer printed its summary, the
+"""``run.run_end``: when the trainer's process dies or the run fails before the trainer printed its summary, the
 driver prints one summary (what happened, the last complete checkpoint, the command line that resumes) and exits 1;
 when the trainer printed its own, the driver prints none.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from recipe_dapo.trainers.run_end import TrainerEnd, driver_summary_lines, rerun_command, \
+from recipe_dapo.run.run_end import TrainerEnd, driver_summary_lines, rerun_command, \
     summary_when_the_trainer_cannot, trainer_printed_summary
 
 ARGV = ["platform=cpu", "trainer.total_training_steps=4", "trainer.experiment_name=dapo cpu"]
@@ -78,7 +78,7 @@ class StandInTaskRunner:
 
     def hold_the_folder(self, config, workers) -> None:
         """What both trainers do once verl's workers exist: this process and each actor worker hold the writers' lock."""
-        from recipe_dapo.trainers.recipe_run import RecipeRun
+        from recipe_dapo.run.recipe_run import RecipeRun
 
         RecipeRun(config).hold_folder_as_writers(workers)
 
@@ -109,14 +109,14 @@ class RecipeTrainer:
     summary printed by the tracker when the loop ends or fails (then the error goes on)."""
 
     def __init__(self, config):
-        from recipe_dapo.trainers.recipe_run import RecipeRun
+        from recipe_dapo.run.recipe_run import RecipeRun
 
         self.recipe = RecipeRun(config)
 
     def fit(self, fail: bool, fail_in_worker: bool = False) -> str:
         import ray
 
-        from recipe_dapo.trainers.recipe_run import failed_outcome
+        from recipe_dapo.run.lifecycle import failed_outcome
 
         tracker = self.recipe.open_tracker(resumed_step=0, total_steps=2)
         try:
@@ -247,7 +247,7 @@ def test_the_run_lock_covers_the_folder_until_the_trainer_and_its_workers_have_e
     """The driver is gone; its trainer and an actor worker live on (as they do for seconds after a kill): a new driver
     cannot take the folder until both have ended."""
     from conftest import compose_recipe_config
-    from recipe_dapo.trainers.run_lock import FolderInUse, wait_for_writers
+    from recipe_dapo.run.run_lock import FolderInUse, wait_for_writers
 
     ray = local_ray
     folder = tmp_path / "checkpoints"

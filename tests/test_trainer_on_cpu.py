@@ -500,7 +500,7 @@ def test_a_non_finite_update_is_counted_and_shown_and_training_goes_on(tmp_path,
 
 
 def test_updates_skipped_in_a_row_stop_the_run_saying_what_to_check(tmp_path, inputs, monkeypatch):
-    from recipe_dapo.trainers.step_metrics import NonFiniteUpdates
+    from recipe_dapo.run.step_metrics import NonFiniteUpdates
 
     trainer, device = build_trainer(tmp_path, inputs, monkeypatch, "dapo.health.max_skipped_updates=2")
     trainer.actor_rollout_wg = RecordingActorWorkerGroup(device, grad_norm=lambda v: float("inf"))
@@ -514,7 +514,7 @@ def test_a_policy_whose_responses_are_all_wrong_for_two_steps_stops_the_run_inst
     """From step 2 not one response is right (what a checkpoint loaded as NaN generates): no group qualifies, the
     steps train nothing, and the run used to end "finished" after step 5. It stops at the second step that scored
     only wrong answers (step 2 trains from the pool without generating), saying what it saw and what to check."""
-    from recipe_dapo.trainers.step_metrics import PolicyStopped
+    from recipe_dapo.run.step_metrics import PolicyStopped
 
     trainer, _ = build_trainer(tmp_path, inputs, monkeypatch)
     trainer.async_rollout_manager.all_wrong = lambda step: step >= 2
@@ -528,7 +528,7 @@ def test_a_policy_whose_responses_are_all_wrong_for_two_steps_stops_the_run_inst
 
 
 def test_a_non_finite_entropy_stops_the_run_at_that_step(tmp_path, inputs, monkeypatch):
-    from recipe_dapo.trainers.step_metrics import PolicyStopped
+    from recipe_dapo.run.step_metrics import PolicyStopped
 
     trainer, device = build_trainer(tmp_path, inputs, monkeypatch)
     trainer.actor_rollout_wg = RecordingActorWorkerGroup(device, entropy=lambda v: float("nan") if v >= 1 else 0.5)
@@ -539,7 +539,7 @@ def test_a_non_finite_entropy_stops_the_run_at_that_step(tmp_path, inputs, monke
 
 
 def test_the_policy_watch_counts_only_steps_that_scored_and_a_right_answer_starts_it_again():
-    from recipe_dapo.trainers.step_metrics import PolicyStopped, PolicyWatch
+    from recipe_dapo.run.step_metrics import PolicyStopped, PolicyWatch
 
     watch = PolicyWatch(max_steps_all_wrong=2)
     watch.observe({"reward/acc_mean": 0.0}, 1)
@@ -559,7 +559,7 @@ def test_the_policy_watch_counts_only_steps_that_scored_and_a_right_answer_start
 
 
 class SignalAfter:
-    """``trainers.preemption.TrainerWatch`` as the trainer sees it: the driver's SIGTERM shows from the ``calls``-th
+    """``run.preemption.TrainerWatch`` as the trainer sees it: the driver's SIGTERM shows from the ``calls``-th
     read of the flag on (the trainer reads it before each step and after each step's save)."""
 
     def __init__(self, calls: int):
@@ -578,7 +578,7 @@ def test_sigterm_saves_the_last_step_and_the_rerun_trains_what_an_uninterrupted_
         tmp_path, inputs, monkeypatch, reads, saved_step, outcome):
     import os
 
-    from recipe_dapo.trainers.preemption import TrainerWatch
+    from recipe_dapo.run.preemption import TrainerWatch
 
     whole, _ = build_trainer(tmp_path / "whole", inputs, monkeypatch)
     whole.fit()
@@ -616,7 +616,7 @@ def test_a_full_disk_while_saving_removes_the_half_written_step_and_says_so_in_o
     """The actor's optimizer file is cut part-way (torch's writer fails with ``enforce fail at inline_container.cc``,
     as on a real full disk): the step's folder goes, verl's tracker still names the last good checkpoint, and the
     error is one line with the path, the cause, the space needed and the last good checkpoint."""
-    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+    from recipe_dapo.run.checkpoint_state import CheckpointWriteError
 
     trainer, device = build_trainer(tmp_path, inputs, monkeypatch, "trainer.total_training_steps=1", "trainer.save_freq=1")
     trainer.fit()
@@ -647,8 +647,8 @@ def test_a_full_disk_while_saving_removes_the_half_written_step_and_says_so_in_o
 def test_a_full_disk_while_writing_the_samplers_state_fails_the_same_way(tmp_path, inputs, monkeypatch):
     import builtins
 
-    import recipe_dapo.trainers.checkpoint_state as checkpoint_state
-    from recipe_dapo.trainers.checkpoint_state import CheckpointWriteError
+    import recipe_dapo.run.checkpoint_state as checkpoint_state
+    from recipe_dapo.run.checkpoint_state import CheckpointWriteError
 
     trainer, _ = build_trainer(tmp_path, inputs, monkeypatch)
     trainer.global_steps = 1

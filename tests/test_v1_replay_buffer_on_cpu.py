@@ -207,7 +207,7 @@ def test_a_step_given_up_while_waiting_for_groups_goes_back_to_the_pool_it_start
     buffer rewound to the state taken as the step began saves the group step 1 pooled and not the one step 2 pooled
     meanwhile (its prompt is drawn again from the rewound dataloader: sync mode saves no TransferQueue). The async
     modes keep no start state (verl's TransferQueue snapshot keeps their prompts in flight)."""
-    from recipe_dapo.trainers.preemption import GiveUpCheck, StepGivenUp
+    from recipe_dapo.run.preemption import GiveUpCheck, StepGivenUp
 
     tq = transfer_queue
     clear_partition(tq)
@@ -379,7 +379,7 @@ def test_a_dead_engine_stops_the_step_at_once_naming_the_server_and_the_error(tr
 
     import ray
 
-    from recipe_dapo.trainers.rollout_health import RolloutDied
+    from recipe_dapo.run.rollout_health import RolloutDied
 
     @ray.remote
     class DeadEngineServer:
@@ -416,8 +416,8 @@ def test_a_dead_agent_loop_worker_is_found_by_the_liveness_probe_and_named(trans
 
     import ray
 
-    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness
-    from recipe_dapo.trainers.rollout_health import RolloutDied, StallWatch
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness
+    from recipe_dapo.run.rollout_health import RolloutDied, StallWatch
 
     @ray.remote
     class AgentLoopWorker:
@@ -449,8 +449,8 @@ def test_a_dead_agent_loop_worker_is_found_by_the_liveness_probe_and_named(trans
 def test_the_probe_names_a_replica_whose_vllm_engine_fails_its_health_check(engine_health):
     """vLLM's HTTP server answers ``GET /health`` with 503 once its engine is dead; 200 is alive; one check that
     cannot reach the server is not enough to call it dead (``dapo.health.max_unanswered_health_checks`` in a row are)."""
-    from recipe_dapo.trainers.rollout_liveness import RolloutLiveness
-    from recipe_dapo.trainers.rollout_health import RolloutDied
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness
+    from recipe_dapo.run.rollout_health import RolloutDied
 
     live, unreachable = engine_health.address, "127.0.0.1:1"  # port 1: nothing listens
     RolloutLiveness([], [], [live], timeout_s=5)()  # alive: no error

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recipe_dapo.trainers.validation_metrics import equal_samples_per_problem
+from recipe_dapo.run.validation_metrics import equal_samples_per_problem
 
 SOURCE = "synthetic_arithmetic"
 

@@ -1,7 +1,7 @@
 """Ray internals the recipe depends on: naming an actor from its handle, the members Ray adds to every actor class
 (``__ray_actor_class__``, ``__ray_ready__``, ``__ray_call__``), keeping Ray's driver from replacing the
 pre-emption guard's SIGTERM handler, and starting the processes of the driver's Ray node in a session of their own, so
-that a scheduler's signal to the driver's process group reaches the driver only (``trainers.preemption``)."""
+that a scheduler's signal to the driver's process group reaches the driver only (``run.preemption``)."""
 
 from __future__ import annotations
 

@@ -70,20 +70,20 @@ class PreflightSettings:
 
     check_worker_plugins: bool = True
     """Check in a Ray worker (the task runner), and in a fresh worker on every Ray node, that the recipe's verl plugins
-    registered there too (``recipe_dapo/trainers/nodes.py``: names each node that lacks them, and the fix)."""
+    registered there too (``recipe_dapo/run/nodes.py``: names each node that lacks them, and the fix)."""
 
 
 @dataclass
 class PreemptionSettings:
     """``dapo.preemption``: what SIGTERM / SIGINT to the driver, or to its whole process group, does
-    (``recipe_dapo.trainers.preemption``).
+    (``recipe_dapo.run.preemption``).
 
     During start-up the launch stops at once. During training the trainer finishes its current step, saves that
     step's checkpoint (unless saved), prints the end-of-run summary and the resume line, and the driver exits with
     ``128 + signal``; a second signal exits at once."""
 
     enable: bool = True
-    """Install the driver's SIGTERM / SIGINT guard (``trainers.preemption``). ``false``: a signal acts as in verl (the
+    """Install the driver's SIGTERM / SIGINT guard (``run.preemption``). ``false``: a signal acts as in verl (the
     driver dies; the last saved checkpoint stays, the end-of-run summary names it)."""
 
     grace_s: float = 30.0
@@ -130,7 +130,7 @@ class MemorySettings:
 
 @dataclass
 class ResumeSettings:
-    """``dapo.resume``: what a rerun does with the checkpoint it resumes from (``recipe_dapo.trainers.checkpoint_guard``).
+    """``dapo.resume``: what a rerun does with the checkpoint it resumes from (``recipe_dapo.run.checkpoint_guard``).
 
     At start-up the checkpoint's files are checked (a truncated torch file, a record that fails its CRC, NaN or inf in
     the weights or optimizer state, a missing ``dapo_state.pt``), its recorded

@@ -137,7 +137,7 @@ def merge_problems(actor: str) -> list[str]:
     ``actor`` and does not find, one line each: ``fsdp_config.json`` with the world size, every rank's
     ``model_world_size_<W>_rank_<r>.pt`` whole (its index, and every record against its CRC: the merger's own error for a
     damaged shard names no file), and the Hugging Face config in ``huggingface/``."""
-    from recipe_dapo.trainers.checkpoint_records import verify_files
+    from recipe_dapo.run.checkpoint_records import verify_files
 
     config_path = os.path.join(actor, "fsdp_config.json")
     try:

@@ -1,7 +1,7 @@
 """Rules of the checkpoint a run would resume from: its recorded shape, damaged files, and the free space its next save
-needs (:mod:`recipe_dapo.trainers.checkpoint_guard`). Only a checkpoint folder on this machine is checked.
+needs (:mod:`recipe_dapo.run.checkpoint_guard`). Only a checkpoint folder on this machine is checked.
 
-Beside the rule, :func:`hold_run_folder`: the driver's lock on its checkpoint folder (``trainers.run_lock``), taken once
+Beside the rule, :func:`hold_run_folder`: the driver's lock on its checkpoint folder (``run.run_lock``), taken once
 the checks passed, refused like a rule's problem when another run holds it; then it waits for the processes of an
 earlier run that still write into the folder."""
 
@@ -16,7 +16,7 @@ from recipe_dapo.preflight.base import CheckReport, DAPOConfigError, select
 
 
 def rule_checkpoint_resume(config: DictConfig, report: CheckReport) -> Iterable[str]:
-    from recipe_dapo.trainers.checkpoint_guard import checkpoint_problems
+    from recipe_dapo.run.checkpoint_guard import checkpoint_problems
 
     yield from checkpoint_problems(config, dry_run=report.dry_run)
 
@@ -27,13 +27,13 @@ _held: list = []
 def hold_run_folder(config: DictConfig) -> Optional[object]:
     """Take the lock of the run's ``trainer.default_local_dir`` for the rest of this process (released at exit);
     raise :class:`DAPOConfigError` (a one-line refusal) when another run holds it. Returns the
-    ``trainers.run_lock.RunLock``, or None without a folder."""
-    from recipe_dapo.trainers.run_lock import FolderInUse, RunLock
+    ``run.run_lock.RunLock``, or None without a folder."""
+    from recipe_dapo.run.run_lock import FolderInUse, RunLock
 
     folder = select(config, "trainer.default_local_dir", None)
     if not folder:
         return None
-    from recipe_dapo.trainers.run_lock import wait_for_writers
+    from recipe_dapo.run.run_lock import wait_for_writers
 
     try:
         lock = RunLock(str(folder)).acquire()

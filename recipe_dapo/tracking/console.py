@@ -260,7 +260,7 @@ class RunConsole:
 
     @property
     def summary_printed(self) -> bool:
-        """The end-of-run summary was printed (the driver then prints none: ``trainers.run_end``)."""
+        """The end-of-run summary was printed (the driver then prints none: ``run.run_end``)."""
         return self._finished
 
 

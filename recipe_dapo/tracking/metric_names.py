@@ -39,12 +39,12 @@ _VERL_METRICS = "verl.trainer.ppo.metric_utils"
 _VERL_TRAINERS = "verl.trainer.ppo.ray_trainer, verl.trainer.ppo.v1.trainer_base"
 
 CATALOGUE: tuple[Metric, ...] = (
-    Metric(RESPONSE_TOKENS_METRIC, "recipe_dapo.trainers.recipe_run, recipe_dapo.trainers.v1.trainer",
+    Metric(RESPONSE_TOKENS_METRIC, "recipe_dapo.run.recipe_run, recipe_dapo.trainers.v1.trainer",
            "response tokens that carried loss in the step's update (the trained batch's, after the overlong filter)"),
-    Metric(UPDATE_SKIPPED, "recipe_dapo.trainers.step_metrics",
+    Metric(UPDATE_SKIPPED, "recipe_dapo.run.step_metrics",
            "1.0 when verl skipped the step's optimizer update (or one of its mini-batches') for a non-finite "
            "gradient norm"),
-    Metric(SKIPPED_UPDATES, "recipe_dapo.trainers.step_metrics",
+    Metric(SKIPPED_UPDATES, "recipe_dapo.run.step_metrics",
            "steps so far whose update verl skipped, over the whole run (restored with the trainer's checkpoint)"),
     Metric(ENTROPY, _VERL_TRAINERS, "mean token entropy of the policy on the step's batch (verl's)"),
     Metric(GRAD_NORM, "verl.workers.engine_workers", "the actor's gradient norm before clipping (verl's)"),

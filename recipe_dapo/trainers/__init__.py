@@ -1,9 +1,8 @@
 """The trainers that run DAPO on verl: ``classic`` (verl's ``RayPPOTrainer``) and ``v1`` (verl's v1 trainers), thin
-adapters of verl's hooks onto one run object both hold (``recipe_run.RecipeRun``: sampler settings, update guard,
-pre-emption, tracker, rollout liveness, recipe state and resume line, validation and step metrics, overlong filter),
-and the table that chooses between them (``table``). The run object's parts have their own modules here (step
-metrics, checkpoint state, pre-emption, rollout health and liveness, validation metrics, node placement);
-``docs/architecture.md`` lists them all.
+adapters of verl's hooks and loop events onto the run object both hold (``recipe_dapo.run.recipe_run.RecipeRun``,
+whose lifecycle decides when the run stops, what it saves then and what it prints), the part both adapters share
+(``adapter``: the run object and the trainer as the lifecycle sees it), and the table that chooses between them
+(``table``). ``docs/architecture.md`` lists the modules.
 
 Nothing is imported here: ``table`` is read by the start-up rules before verl is imported.
 """

@@ -151,7 +151,7 @@ def test_trained_tokens_are_the_tokens_that_carried_loss_after_the_overlong_filt
     """training/response_tokens has one meaning on both trainers: the trained responses' tokens less those the overlong
     filter took out of the loss (verl's response_length/mean describes the trained batch before the filter)."""
     from recipe_dapo.overlong.metrics import FILTERED_TOKEN_RATIO
-    from recipe_dapo.trainers.step_metrics import RESPONSE_LENGTH_MEAN, RESPONSE_TOKENS_METRIC
+    from recipe_dapo.run.step_metrics import RESPONSE_LENGTH_MEAN, RESPONSE_TOKENS_METRIC
 
     n = 8  # actor_rollout_ref.rollout.n of size=cpu_tiny
     for step, metrics in logged_steps(trained_run).items():
@@ -306,7 +306,7 @@ def test_v1_sigterm_to_the_process_group_saves_a_checkpoint_a_rerun_resumes_from
     import torch
 
     from recipe_dapo.tracking.checkpoint_folders import latest_checkpoint
-    from recipe_dapo.trainers.checkpoint_guard import damaged_files
+    from recipe_dapo.run.checkpoint_guard import damaged_files
 
     whole, _ = v1_run
     acted = v1_sigterm_run  # (the launch: tests/e2e/e2e_runs.py, v1_sigterm)

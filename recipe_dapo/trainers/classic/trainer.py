@@ -56,26 +56,24 @@ from recipe_dapo.dynamic_sampling import (
 from recipe_dapo.dynamic_sampling.selection import LENGTH_COLUMN, SOLVED_COLUMN, selection_metrics
 from recipe_dapo.loss.reference_reset import reset_due
 from recipe_dapo.policy_lag import POLICY_VERSION, row_lags, stamp
+from recipe_dapo.run.nodes import log_placement
+from recipe_dapo.run.recipe_run import RecipeRun
+from recipe_dapo.run.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
+from recipe_dapo.run.validation_metrics import equal_samples_per_problem, with_problem_uids
+from recipe_dapo.trainers.adapter import HoldsRecipeRun
 from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds, \
     validation_seeds
-from recipe_dapo.trainers.nodes import log_placement
-from recipe_dapo.trainers.preemption import StepGivenUp
 from recipe_dapo.trainers.process_steps import write_step_rewards
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
-    stopped_outcome
-from recipe_dapo.trainers.step_metrics import GEN_TIMER, STEP_TIMER, TESTING_TIMER, scored_round_metrics
-from recipe_dapo.trainers.validation_metrics import equal_samples_per_problem, with_problem_uids
 
 logger = logging.getLogger(__name__)
 
 
-
 class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
     """verl's PPO trainer with DAPO's dynamic sampling, overlong filtering and training-step accounting; what both
-    trainers share (update guard, pre-emption, tracker, liveness, recipe state, metrics) is its ``recipe``
-    (``trainers.recipe_run.RecipeRun``)."""
+    trainers share (the run's lifecycle, update guard, tracker, liveness, recipe state, metrics) is its ``recipe``
+    (``run.recipe_run.RecipeRun``), which this trainer's loop drives with its events."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -142,65 +140,34 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 return
 
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="DAPO training steps")
-        self.recipe.watch_preemption()
+        self.recipe.run_begins()
         self.global_steps += 1
         self.max_steps_duration = 0
         try:
-            while self.global_steps <= self.total_training_steps:
-                if self.stop_between_steps():
-                    break
-                SkipManager.set_step(self.global_steps)
-                try:
-                    self.train_step()
-                except StepGivenUp as given_up:
-                    self.give_up_step(given_up)
-                    break
-                progress.update(1)
-                if self.stopped_by:
-                    break
-                self.global_steps += 1
-        except Exception as error:
-            self.tracker.finish(exit_code=1, outcome=failed_outcome(self.global_steps, error))
-            raise
+            self.recipe.drive(self, lambda: self._train_steps(progress))
         finally:
             progress.close()
             if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
                 self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
             self._shutdown_dump_executor()
 
-    # ------------------------------------------------------------------ pre-emption (``trainers.preemption``)
+    def _train_steps(self, progress: tqdm) -> None:
+        """The steps from ``global_steps`` on; the run's lifecycle reads the stop flag before each (nothing is in
+        flight between this loop's steps) and ends the run when a step stopped it."""
+        while self.global_steps <= self.total_training_steps:
+            self.recipe.step_begins(self, read_flag=True)
+            SkipManager.set_step(self.global_steps)
+            self.train_step()
+            progress.update(1)
+            if self.stopped_by:
+                break
+            self.global_steps += 1
 
-    def stop_between_steps(self) -> bool:
-        """Before step ``global_steps``: on a pre-emption request, checkpoint the step just done (unless saved) and
-        end the run with the summary."""
-        signal_name = self.recipe.stop_requested()
-        if not signal_name:
-            return False
-        self._save_done_and_finish(stopped_outcome(signal_name, f"before step {self.global_steps}"))
-        return True
-
-    def give_up_step(self, given_up: StepGivenUp) -> None:
-        """A pre-emption request while step ``global_steps`` generated: the rollout stops, the sampler, the prompt
-        stream and the dataloader go back to where the step found them (its prompts return), and that state is saved
-        as the previous step's checkpoint (unless saved), so a rerun trains this step as if it had never begun."""
-        self.recipe.abandon_rollout(getattr(self, "checkpoint_manager", None))
+    def rewind(self) -> None:
+        """A step given up (``run.lifecycle``): the sampler, the prompt stream and the dataloader back where the step
+        found them; the rollout replicas were put to sleep."""
         self.replicas.awake = False
         self._load_recipe_state(self._step_start)
-        self._save_done_and_finish(given_up_outcome(given_up.signal_name, self.global_steps))
-
-    def _save_done_and_finish(self, outcome: str) -> None:
-        """Checkpoint step ``global_steps - 1`` (unless saved or none) and end the run with ``outcome``."""
-        self.recipe.checkpoint_previous_step(self)
-        self.tracker.finish(exit_code=1, outcome=outcome)
-
-    def save_if_preempted(self, timing: dict) -> bool:
-        """End of a step: on a pre-emption request, checkpoint this step (unless saved); True if the run stops."""
-        if not self.recipe.stop_requested():
-            return False
-        if self.recipe.needs_checkpoint(self.global_steps):
-            with marked_timer("save_checkpoint", timing, color="green"):
-                self._save_checkpoint()
-        return True
 
     def train_step(self) -> dict:
         """One optimizer step of Algorithm 1; returns the metrics it logged."""
@@ -210,9 +177,9 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
             # Until the update, a stop request gives the step up: it starts again from this state on resume.
             self._step_start = self._recipe_state(compact=False)
             self._policy_version = self.sampler.policy_version  # the policy this step generates with and updates
-            self.recipe.give_up.armed_for(self.global_steps)
+            self.recipe.generation_begins(self.global_steps)
             batch = self.collect_filtered_batch(metrics, timing)
-            self.recipe.give_up.disarm()
+            self.recipe.update_begins()
             with marked_timer("rollout_sleep", timing):
                 self.replicas.sleep()  # however many rounds ran (none, one, several): the actor needs the memory
             if batch is not None:
@@ -224,7 +191,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
                 logger.warning("step %d: too few qualifying groups for a mini-batch; skipping the update", self.global_steps)
             self.reset_reference(metrics)  # iterative RL, every N-th step whether or not it updated
             self.maybe_save(timing, is_last_step)
-            stopping = self.save_if_preempted(timing)
+            stopping = self.recipe.step_ends(self, lambda: marked_timer("save_checkpoint", timing, color="green"))
         if not stopping:  # pre-empted: no validation, the time is the checkpoint's
             self.maybe_validate(metrics, timing, is_last_step)
         self.log_step(batch, metrics, timing)
@@ -468,7 +435,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
         """verl's validation metrics over every problem, plus what papers report per source: mean@k, pass@k, maj@k.
 
-        verl's metrics get k samples of every problem (``recipe_dapo.trainers.validation_metrics`` says why); the headline
+        verl's metrics get k samples of every problem (``recipe_dapo.run.validation_metrics`` says why); the headline
         ``val-core/<source>/acc/mean@k`` is the per-problem mean over all samples of every problem.
         """
         equal = equal_samples_per_problem(data_sources, sample_uids, reward_extra_infos_dict)
@@ -489,10 +456,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
             self.recipe.count_trained_tokens(metrics, batch.batch["response_mask"].sum())  # after the overlong filter
         self.tracker.log(data=metrics, step=self.global_steps)
         self.recipe.observe_step(metrics, self.global_steps)  # a policy producing nothing scoreable stops the run
-        if self.stopped_by:
-            self.tracker.finish(exit_code=1, outcome=stopped_outcome(self.stopped_by, f"after step {self.global_steps}"))
-        elif self.global_steps >= self.total_training_steps:
-            self.tracker.finish()  # flush every backend; the console prints the run's summary
+        self.recipe.step_logged(self, last_step=self.global_steps >= self.total_training_steps)
 
     # ------------------------------------------------------------------ checkpoint and resume
 

@@ -4,7 +4,7 @@ verl's ``AgentLoopWorkerTQ`` marks a prompt group ``failure`` when one of its se
 in its own Ray worker; the trainer sees only the status. :class:`DAPOAgentLoopWorkerTQ` also writes the error's
 one-line summary and whether it means the rollout is gone (``rollout_health.error_tag``) into the group's prompt
 marker, so that the recipe's buffer can stop the run on a dead engine instead of refilling forever. The liveness
-probe the buffer runs when groups are in flight and none comes back is ``trainers.rollout_liveness`` (both trainers').
+probe the buffer runs when groups are in flight and none comes back is ``run.rollout_liveness`` (both trainers').
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorke
 
 from recipe_dapo.compat.ray import actor_class
 from recipe_dapo.compat.verl import init_agent_loop_worker_tq
-from recipe_dapo.trainers.rollout_health import error_tag
+from recipe_dapo.run.rollout_health import error_tag
 
 logger = logging.getLogger(__name__)
 

@@ -47,8 +47,8 @@ from recipe_dapo.dynamic_sampling import (
 from recipe_dapo.dynamic_sampling.group_stats import SEQUENCE_METRICS
 from recipe_dapo.dynamic_sampling.config import sampler_config
 from recipe_dapo.dynamic_sampling.selection import LENGTH_COLUMN, SOLVED_COLUMN, selection_metrics
-from recipe_dapo.trainers.step_metrics import scored_round_metrics
-from recipe_dapo.trainers.rollout_health import ERROR_TAG, FATAL_TAG, RolloutDied, StallWatch, fatal_failure_message
+from recipe_dapo.run.step_metrics import scored_round_metrics
+from recipe_dapo.run.rollout_health import ERROR_TAG, FATAL_TAG, RolloutDied, StallWatch, fatal_failure_message
 from recipe_dapo.trainers.table import V1_TRAINER_MODES, v1_entry
 from recipe_dapo.trainers.v1.phase_timing import CLOCK, POLL_WAIT
 

@@ -20,10 +20,10 @@ class DAPOTaskRunnerV1:
     """Builds the recipe's v1 trainer, verl's agent-loop manager and TransferQueue, then trains."""
 
     def run(self, config: DictConfig) -> None:
-        from recipe_dapo.trainers.run_end import TrainerEnd
+        from recipe_dapo.run.run_end import TrainerEnd
 
         # An error leaving the runner tells the driver whether the trainer printed the end-of-run summary; if not (it
-        # failed before), the driver prints one with the resume line (``trainers.run_end``).
+        # failed before), the driver prints one with the resume line (``run.run_end``).
         with TrainerEnd() as end:
             self.train(config, end)
 

@@ -32,11 +32,10 @@ from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, registe
 from recipe_dapo.compat.verl import v1_tracking
 from recipe_dapo.overlong import TRUNCATED_COLUMN
 from recipe_dapo.policy_lag import row_lags
+from recipe_dapo.run.recipe_run import RecipeRun
+from recipe_dapo.run.rollout_health import StallWatch
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
-from recipe_dapo.trainers.preemption import Preempted, StepGivenUp
-from recipe_dapo.trainers.recipe_run import HoldsRecipeRun, RecipeRun, failed_outcome, given_up_outcome, \
-    stopped_outcome
-from recipe_dapo.trainers.rollout_health import StallWatch
+from recipe_dapo.trainers.adapter import HoldsRecipeRun
 from recipe_dapo.trainers.table import v1_entry
 from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step, uninstall_tq_timing
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
@@ -46,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 class _DAPOOnV1(HoldsRecipeRun):
     """What DAPO changes in a verl v1 trainer, whatever its mode (mixed in before verl's trainer class); what both
-    trainers share is its ``recipe`` (``trainers.recipe_run.RecipeRun``)."""
+    trainers share is its ``recipe`` (``run.recipe_run.RecipeRun``), whose lifecycle verl's loop events drive."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -80,7 +79,7 @@ class _DAPOOnV1(HoldsRecipeRun):
     def _update_actor(self, batch, metrics: dict):
         """The actor update (a skipped, non-finite one is counted or stops the run: ``step_metrics.UpdateGuard``).
         From here on a stop request lets the step finish (it is saved)."""
-        self.recipe.give_up.disarm()
+        self.recipe.update_begins()
         result = self._update_actor_filtered(batch, metrics)
         self.recipe.observe_update(metrics, self.global_steps)
         self.recipe.observe_step(metrics, self.global_steps)  # the step's rewards and entropy are in by now
@@ -160,33 +159,23 @@ class _DAPOOnV1(HoldsRecipeRun):
         liveness = self.recipe.watch_rollout(getattr(self, "checkpoint_manager", None), agent_loop_manager,
                                              getattr(self, "llm_server_manager", None))
         self.replay_buffer.groups.watch = StallWatch(liveness, self.recipe.rollout_probe_s)
-        self.recipe.watch_preemption()
+        self.recipe.run_begins()
         self.replay_buffer.groups.give_up = self.recipe.give_up
+        verls_fit = super().fit
         install_tq_timing()  # this process's TransferQueue reads and writes, per step (timing_s/tq_read, tq_write)
         try:
             with v1_tracking(lambda: self.recipe.open_tracker(resumed_step=self.global_steps,
                                                               total_steps=self.total_training_steps)):
-                super().fit(agent_loop_manager)
-        except Preempted:
-            self.logger.finish(exit_code=1, outcome=stopped_outcome(self.stopped_by, f"after step {self.global_steps - 1}"))
-        except StepGivenUp as given_up:
-            self.give_up_step(given_up)
-        except Exception as error:
-            tracking = getattr(self, "logger", None)
-            if tracking is not None and hasattr(tracking, "finish"):
-                tracking.finish(exit_code=1, outcome=failed_outcome(self.global_steps, error))
-            raise
+                self.recipe.drive(self, lambda: verls_fit(agent_loop_manager))
         finally:
             uninstall_tq_timing()
 
-    # ---------------------------------------------------------------- pre-emption (``trainers.preemption``)
+    # ---------------------------------------------------------------- the run's lifecycle (``run.lifecycle``)
 
     def on_step_end(self):
-        """Where verl saves: on a pre-emption request, checkpoint this step (unless saved); the run stops before the
+        """Where verl saves: on a pre-emption request, this step is saved (unless saved); the run stops before the
         next step, once verl logged this one (validation is skipped)."""
-        if not self.stopped_by and self.recipe.stop_requested():
-            if self.recipe.needs_checkpoint(self.global_steps):
-                self._save_checkpoint()
+        self.recipe.step_ends(self)
         try:
             super().on_step_end()  # verl's weight sync, after verl saved the step
         except Exception:
@@ -205,27 +194,24 @@ class _DAPOOnV1(HoldsRecipeRun):
             logger.warning("step %d was saved but its metrics could not be logged: %s", self.global_steps, error)
 
     def on_step_begin(self):
-        if self.stopped_by:
-            raise Preempted(self.stopped_by)
+        """verl's step begins (its flag is read while the step waits for its groups, not here: the step is then given
+        up); until the update a stop request gives the step up, from the state captured here."""
+        self.recipe.step_begins(self)
         super().on_step_begin()
-        # Until the update, a stop request gives the step up (``give_up_step``), from this state.
         start = self.replay_buffer.step_start()
         self._step_start = None if start is None else {"replay_buffer": start,
                                                        "dataloader": self.train_dataloader.state_dict()}
-        self.recipe.give_up.armed_for(self.global_steps)
+        self.recipe.generation_begins(self.global_steps)
 
-    def give_up_step(self, given_up: StepGivenUp) -> None:
-        """A pre-emption request while step ``global_steps`` waited for its groups: the rollout stops; in sync mode the
-        sampler and the dataloader go back to where the step found them (its prompts return), in the async modes the
-        state stays as it is (verl's TransferQueue snapshot keeps the prompts in flight); that is saved as the
-        previous step's checkpoint (unless saved). The actor has not changed since that step."""
-        self.recipe.abandon_rollout(getattr(self, "checkpoint_manager", None))
+    def rewind(self) -> None:
+        """A step given up (``run.lifecycle``) while it waited for its groups: in sync mode the sampler and the
+        dataloader go back to where the step found them (its prompts return); in the async modes the state stays as
+        it is (verl's TransferQueue snapshot keeps the prompts in flight). The actor has not changed since the step
+        before."""
         start = getattr(self, "_step_start", None)
         if start is not None:
             self.replay_buffer.rewind(start["replay_buffer"])
             self.train_dataloader.load_state_dict(start["dataloader"])
-        self.recipe.checkpoint_previous_step(self)
-        self.logger.finish(exit_code=1, outcome=given_up_outcome(given_up.signal_name, self.global_steps))
 
     def _validate(self, *args, **kwargs):
         if self.stopped_by:  # pre-empted: the time is the checkpoint's

@@ -105,7 +105,7 @@ def damaged_files(folder: str, verify_records: bool = True) -> list[tuple[str, s
     ``dapo_state.pt``, an empty ``.pt`` file, a torch file (a zip archive) without its index (truncated), and with
     ``verify_records`` one with a record that fails its CRC-32, or non-finite values in the policy's weights or
     optimizer state (:data:`FINITE_CHECKED`)."""
-    from recipe_dapo.trainers.checkpoint_records import verify_files
+    from recipe_dapo.run.checkpoint_records import verify_files
 
     problems, whole = [], []
     if not os.path.isfile(os.path.join(folder, STATE_FILE)):

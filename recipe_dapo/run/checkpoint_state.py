@@ -3,7 +3,7 @@
 
 With it goes the shape the run was made with (``dapo_shape.json``: ``rollout.n``, the batch sizes), which a resume
 must keep; what a rerun checks at start-up about the checkpoint it resumes from (its shape, damaged files, free
-space) is :mod:`recipe_dapo.trainers.checkpoint_guard`.
+space) is :mod:`recipe_dapo.run.checkpoint_guard`.
 
 The recipe's state is written before verl's checkpoint (to a temporary name, then renamed): verl marks the step as the
 latest last (``latest_checkpointed_iteration.txt``), so a run killed at any moment resumes from a complete checkpoint.
@@ -30,8 +30,8 @@ from omegaconf import DictConfig
 
 from recipe_dapo.tracking.checkpoint_folders import (  # noqa: F401  (re-exported: the trainers' checkpoint names)
     TRACKER_FILE, latest_checkpoint, latest_checkpointed_step, step_folder)
-from recipe_dapo.trainers.checkpoint_guard import folder_bytes, free_bytes as _free_bytes, write_shape
-from recipe_dapo.trainers.checkpoint_guard import _size as _gib
+from recipe_dapo.run.checkpoint_guard import folder_bytes, free_bytes as _free_bytes, write_shape
+from recipe_dapo.run.checkpoint_guard import _size as _gib
 
 logger = logging.getLogger(__name__)
 

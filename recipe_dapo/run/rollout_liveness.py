@@ -18,7 +18,7 @@ import ray
 
 from recipe_dapo.compat.ray import actor_label, when_ready
 from recipe_dapo.compat.verl import wrap_update_weights
-from recipe_dapo.trainers.rollout_health import RolloutDied, call_watched, summarize_error
+from recipe_dapo.run.rollout_health import RolloutDied, call_watched, summarize_error
 
 logger = logging.getLogger(__name__)
 

@@ -1,15 +1,16 @@
 """What a DAPO run does the same whichever verl trainer drives it, written once: :class:`RecipeRun`.
 
 Both trainers (``classic.trainer.RayDAPOTrainer`` on verl's ``RayPPOTrainer``, ``v1.trainer.DAPOTrainerV1*`` on verl's
-v1 trainers) hold one ``RecipeRun`` and are thin adapters of verl's hooks onto it. It owns:
+v1 trainers) hold one ``RecipeRun`` and are thin adapters of verl's hooks and loop events onto it. It owns:
+
+- the run's lifecycle (``lifecycle.RunLifecycle``, its base): when the run stops for pre-emption, what it saves then,
+  giving up a step that is still generating, the failure outcome, and the outcome lines the tracker prints;
 
 - the sampler's config, built from the run config by ``dynamic_sampling.config.sampler_config`` (the v1 trainer's
   replay buffer builds it from ``trainer.v1.sampler.sampler_kwargs`` with the same function);
 - the update guard (``step_metrics.UpdateGuard``: skipped non-finite updates counted, too many stop the run) and the
   policy watch (``step_metrics.PolicyWatch``: no right response for some steps, or a non-finite entropy, stops it);
-- the pre-emption watch (``preemption.TrainerWatch``), the signal that stopped the run, and giving up a step that is
-  still generating (``preemption.GiveUpCheck`` / ``GenerationWindow``, the rollout aborted: ``abandon_rollout``);
-- the tracker (``tracking.tracker``) and the outcome it prints when a run does not train every step;
+- the tracker (``tracking.tracker``);
 - the rollout's liveness probe beside verl's weight syncs (``rollout_liveness``);
 - the recipe's state in checkpoints with the update guard's, the guarded save, and the resume line;
 - the validation metrics papers report (mean@k, pass@k, maj@k), the stop ids and the overlong filter, and the count of
@@ -21,7 +22,6 @@ No Ray, verl trainer or vLLM import at module level: the adapters bring those.
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any, Callable, Optional
 
@@ -32,47 +32,24 @@ from recipe_dapo.loss.dapo import BEHAVIOUR_WEIGHTED
 from recipe_dapo.policy_lag import configured_level, correction_not_reached
 from recipe_dapo.policy_lag.metrics import lag_metrics
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
-from recipe_dapo.trainers.checkpoint_state import checkpoint_exists, guarded_save, load_recipe_state, resume_line, \
-    save_recipe_state
-from recipe_dapo.trainers.preemption import GenerationWindow, GiveUpCheck, TrainerWatch
-from recipe_dapo.trainers.step_metrics import PolicyWatch, UpdateGuard
-
-logger = logging.getLogger(__name__)
-
-ABANDON_TIMEOUT_S = 10.0
-"""Longest wait for the rollout replicas to abort and sleep when a step in generation is given up."""
-
-
-def failed_outcome(step: int, error: BaseException) -> str:
-    return f"failed at step {step} ({type(error).__name__})"
-
-
-def stopped_outcome(signal_name: str, where: str) -> str:
-    """``where``: ``"before step 3"`` or ``"after step 2"``."""
-    return f"stopped by {signal_name} {where}"
-
-
-def given_up_outcome(signal_name: str, step: int) -> str:
-    """A step given up in generation: nothing of it was kept, and a rerun trains it again on the same prompts."""
-    return stopped_outcome(signal_name, f"in step {step}'s generation (step {step} given up: its prompts are trained "
-                                        "when the run resumes)")
-
+from recipe_dapo.run.checkpoint_state import guarded_save, load_recipe_state, resume_line, save_recipe_state
+from recipe_dapo.run.lifecycle import RunLifecycle
+from recipe_dapo.run.step_metrics import PolicyWatch, UpdateGuard
 
 class BehaviourCorrectionNotApplied(RuntimeError):
     """A behaviour-policy correction is configured but its weights did not reach the policy loss."""
 
 
-class RecipeRun:
-    """The run-wide state and decisions both trainers share (module docstring). ``tokenizer`` gives the stop ids."""
+class RecipeRun(RunLifecycle):
+    """The run-wide state and decisions both trainers share (module docstring); its lifecycle, the events the trainers
+    forward from verl's loop, is :class:`~recipe_dapo.run.lifecycle.RunLifecycle`'s. ``tokenizer`` gives the stop
+    ids."""
 
     def __init__(self, config: DictConfig, tokenizer: Any = None):
-        self.config = config
+        super().__init__(config)
         self.tokenizer = tokenizer
         self.update_guard = UpdateGuard(config.dapo.health.max_skipped_updates)
         self.policy_watch = PolicyWatch(config.dapo.health.max_steps_all_wrong)
-        self.preemption = TrainerWatch(None)  # the loop opens the real one (the driver then knows training began)
-        self.stopped_by: Optional[str] = None  # the signal's name once the run stopped for pre-emption
-        self.tracker: Any = None  # opened by the trainer's loop (``open_tracker``)
         self._stop_ids: Optional[list[int]] = None
         correction = config.get("algorithm", {}).get("rollout_correction", None)
         self.correction_level = configured_level(correction)  # the IS level whose weights must reach the loss
@@ -113,7 +90,7 @@ class RecipeRun:
         import ray
 
         from recipe_dapo.compat.ray import run_in_actor
-        from recipe_dapo.trainers.run_lock import hold_as_writer
+        from recipe_dapo.run.run_lock import hold_as_writer
 
         folder = self.config.trainer.get("default_local_dir")
         if not folder:
@@ -126,73 +103,6 @@ class RecipeRun:
         """After a step's metrics are complete: a policy that produces nothing scoreable stops the run
         (``PolicyWatch``)."""
         self.policy_watch.observe(metrics, step)
-
-    # ------------------------------------------------------------------ pre-emption (``trainers.preemption``)
-
-    def watch_preemption(self) -> None:
-        """Create the run's flag (the training loop begins: a driver's signal now stops the run after a save)."""
-        self.preemption = TrainerWatch.open()
-
-    def stop_requested(self) -> Optional[str]:
-        """The signal's name once the driver asked the run to stop (remembered in ``stopped_by``), else None."""
-        signal_name = self.preemption.requested()
-        if signal_name and not self.stopped_by:
-            self.stopped_by = signal_name
-        return signal_name
-
-    @property
-    def give_up(self) -> GiveUpCheck:
-        """The stop flag as a step in generation reads it (``preemption.GiveUpCheck``; armed by the trainer for a step
-        that has trained nothing yet). Built on first use: it refers back to this run, and a run that never trains (a
-        dry run's, a test's) is then freed at once with its tracker instead of waiting for the cycle collector."""
-        check = self.__dict__.get("_give_up")
-        if check is None:
-            check = self.__dict__["_give_up"] = GiveUpCheck(self.stop_requested)
-        return check
-
-    def generation_window(self) -> GenerationWindow:
-        """Around a blocking rollout call: a stop request interrupts it (``preemption.GenerationWindow``)."""
-        return GenerationWindow(self.give_up)
-
-    @staticmethod
-    def abandon_rollout(checkpoint_manager: Any, timeout_s: float = ABANDON_TIMEOUT_S) -> None:
-        """A given-up step's rollout: every replica's requests aborted (later ones refused), then the replicas put to
-        sleep (the actor's save may need their device memory), through verl's checkpoint manager. Bounded by
-        ``timeout_s``: an engine that does not answer must not use up the scheduler's notice; a failure is logged."""
-        import threading
-
-        def abandon() -> None:
-            try:
-                if hasattr(checkpoint_manager, "abort_replicas"):
-                    checkpoint_manager.abort_replicas(reject_request=True)
-                checkpoint_manager.sleep_replicas()
-            except Exception as error:  # the save comes next whatever the engines say
-                logger.warning("pre-emption: stopping the rollout replicas failed (%s: %s); saving anyway",
-                               type(error).__name__, error)
-
-        if checkpoint_manager is None:
-            return
-        worker = threading.Thread(target=abandon, name="recipe_dapo-abandon-rollout", daemon=True)
-        worker.start()
-        worker.join(timeout_s)
-        if worker.is_alive():
-            logger.warning("pre-emption: the rollout replicas did not stop within %g s; saving anyway", timeout_s)
-
-    def checkpoint_previous_step(self, trainer: Any) -> None:
-        """Before step ``trainer.global_steps`` (a run stopping there): checkpoint the step before it through the
-        trainer's own save, unless it is saved or there is none."""
-        step = int(trainer.global_steps)
-        if step <= 1 or not self.needs_checkpoint(step - 1):
-            return
-        trainer.global_steps = step - 1
-        try:
-            trainer._save_checkpoint()
-        finally:
-            trainer.global_steps = step
-
-    def needs_checkpoint(self, step: int) -> bool:
-        """Step ``step`` is not yet the last good checkpoint (a pre-empted run saves it)."""
-        return not checkpoint_exists(self.config.trainer.default_local_dir, step)
 
     # ------------------------------------------------------------------ the tracker
 
@@ -213,7 +123,7 @@ class RecipeRun:
     def watch_rollout(self, checkpoint_manager: Any, agent_loop_manager: Any, llm_server_manager: Any):
         """Run the rollout's liveness probe beside every weight sync (``dapo.health.rollout_probe_s``): a sync into a
         dead engine never returns. Returns the probe (the v1 trainer's stream runs it too)."""
-        from recipe_dapo.trainers.rollout_liveness import RolloutLiveness, watch_weight_syncs
+        from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_weight_syncs
 
         liveness = RolloutLiveness.of(agent_loop_manager, llm_server_manager,
                                       max_unanswered=self.config.dapo.health.max_unanswered_health_checks)
@@ -258,7 +168,7 @@ class RecipeRun:
     @staticmethod
     def validation_metrics(verl_metrics: dict, data_sources, sample_uids, reward_extra_infos_dict) -> dict:
         """verl's validation metrics plus what papers report per source: mean@k, pass@k, maj@k."""
-        from recipe_dapo.trainers.validation_metrics import add_problem_metrics
+        from recipe_dapo.run.validation_metrics import add_problem_metrics
 
         return add_problem_metrics(verl_metrics, data_sources, sample_uids, reward_extra_infos_dict)
 
@@ -292,22 +202,3 @@ class RecipeRun:
         max_len = int(self.config.actor_rollout_ref.rollout.response_length)
         metrics.update(apply_overlong_filter(batch, self.stop_ids, max_response_length=max_len))
         return True
-
-
-class HoldsRecipeRun:
-    """The trainers' view of their :class:`RecipeRun`: ``recipe`` (created from ``config`` and ``tokenizer`` on first
-    use), and its run-wide state under the names both trainers and their tests use."""
-
-    @property
-    def recipe(self) -> RecipeRun:
-        run = self.__dict__.get("_recipe_run")
-        if run is None:
-            run = self.__dict__["_recipe_run"] = RecipeRun(self.config, getattr(self, "tokenizer", None))
-        return run
-
-    update_guard = property(lambda self: self.recipe.update_guard,
-                            lambda self, value: setattr(self.recipe, "update_guard", value))
-    preemption = property(lambda self: self.recipe.preemption,
-                          lambda self, value: setattr(self.recipe, "preemption", value))
-    stopped_by = property(lambda self: self.recipe.stopped_by,
-                          lambda self, value: setattr(self.recipe, "stopped_by", value))
