@@ -276,3 +276,31 @@ def test_the_v1_fit_logs_through_the_recipes_tracker_and_puts_verls_globals_back
     assert (tmp_path / "p" / "e.jsonl").read_text().startswith('{"step":1')
     assert outcomes == {"trained": [], "preempted": ["stopped by SIGTERM after step 1"],
                         "failed": ["failed at step 0 (RuntimeError)"]}[ending]
+
+
+# ------------------------------------------------------------------------------------------------ a continuation
+
+
+def test_a_continuation_takes_the_validation_its_metrics_file_has_and_a_fresh_start_validates(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """A run finished at step 3 with a validation there, continued from that checkpoint (more steps): the validation
+    before training is the file's, said in one line, not run again. Positive controls: a step the file has no
+    validation for, and step 0 (a fresh start over an older file), validate."""
+    from recipe_dapo.tracking.tracker import open_tracking
+
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "metrics.jsonl"))
+    config = compose_recipe_config(["trainer.logger=[file]", f"trainer.default_local_dir={tmp_path / 'checkpoints'}"])
+    first = open_tracking(config, resumed_step=0, total_steps=3)
+    first.log(data={"val-core/chain/acc/mean@4": 0.5}, step=0)
+    for step in (1, 2, 3):
+        first.log(data={"reward/acc_mean": 0.1 * step}, step=step)
+    first.log(data={"val-core/chain/acc/mean@4": 0.6, "val-aux/chain/acc/pass@4": 0.8}, step=3)
+    first.finish()
+
+    run = RecipeRun(config)
+    run.tracker = open_tracking(config, resumed_step=3, total_steps=6)
+    assert run.logged_validation(3) == {"val-core/chain/acc/mean@4": 0.6, "val-aux/chain/acc/pass@4": 0.8}
+    assert "validation at step 3: in the metrics file already" in capsys.readouterr().out
+    assert run.logged_validation(2) == {}
+    assert run.logged_validation(0) == {}
+    run.tracker.finish()

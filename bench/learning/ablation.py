@@ -68,9 +68,11 @@ ARMS = {
 }
 """Arm name -> the recipe's ``ablation=`` config (``recipe_dapo/config/ablation/``)."""
 SEEDS = (0, 1, 2)
-SMOKE_OVERRIDES = ("dapo.health.max_steps_all_wrong=0",)
+SMOKE_OVERRIDES = ("dapo.health.max_steps_all_wrong=0", "objective=grpo_process")
 """The smoke's model, warmed up for seconds, answers (almost) nothing right: the run must not stop for a policy that
-scores nothing (``dapo.health.max_steps_all_wrong``), since the smoke checks the pipeline, not learning."""
+scores nothing (``dapo.health.max_steps_all_wrong``), since the smoke checks the pipeline, not learning. It runs with
+process supervision (``objective=grpo_process``: a reward per chain step, so a group whose final answers are all wrong
+still has advantages), which puts the recipe's own advantage estimator through a real launch."""
 
 
 @dataclass(frozen=True)
@@ -360,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-tokens", type=int, default=None, help="generated tokens per run (default: the design's)")
     parser.add_argument("--no-repeat", action="store_true",
                         help="skip the reproducibility rerun of the dapo arm's first seed (its first repeat_steps steps)")
-    parser.add_argument("--smoke", action="store_true", help="2 steps of the grpo arm, seed 0: the pipeline works")
+    parser.add_argument("--smoke", action="store_true",
+                        help="2 steps of the grpo arm with process supervision, seed 0: the pipeline works")
     parser.add_argument("--force", action="store_true", help="retrain runs that already finished")
     parser.add_argument("--summarize-only", action="store_true", help="the doc and figures again from ablation.json")
     parser.add_argument("--collect", action="store_true",

@@ -36,6 +36,9 @@ from recipe_dapo.run.checkpoint_state import guarded_save, load_recipe_state, re
 from recipe_dapo.run.lifecycle import RunLifecycle
 from recipe_dapo.run.step_metrics import PolicyWatch, UpdateGuard
 
+VALIDATION_PREFIXES = ("val/", "val-core/", "val-aux/")
+"""Where verl and the recipe log validation metrics."""
+
 class BehaviourCorrectionNotApplied(RuntimeError):
     """A behaviour-policy correction is configured but its weights did not reach the policy loss."""
 
@@ -112,6 +115,23 @@ class RecipeRun(RunLifecycle):
 
         self.tracker = open_tracking(self.config, resumed_step=resumed_step, total_steps=total_steps)
         return self.tracker
+
+    def logged_validation(self, step: int) -> dict:
+        """The validation metrics the run's metrics file already holds for ``step`` when the run resumed there from a
+        checkpoint (a continuation of a run that validated at that step), else {}; the console says it is not run again.
+        Step 0 always validates (a fresh start: an older run's lines there describe another model)."""
+        from recipe_dapo.tracking.console import announce
+        from recipe_dapo.tracking.run_log import read_metrics
+
+        path = getattr(getattr(self.tracker, "logger", {}).get("file"), "filepath", None) if self.tracker else None
+        if step <= 0 or path is None or not os.path.exists(path):
+            return {}
+        logged = {key: value for key, value in read_metrics(path).get(step, {}).items()
+                  if key.startswith(VALIDATION_PREFIXES)}
+        if logged:
+            announce(f"validation at step {step}: in the metrics file already (the run this one continues validated "
+                     "there); not run again")
+        return logged
 
     @property
     def summary_printed(self) -> bool:

@@ -1,9 +1,10 @@
 """The ablation bench end to end on its own task, two steps of one arm: the pipeline works (no learning claim).
 
 ``python bench/learning/ablation.py --smoke`` builds the chain-arithmetic task and its tiny model (a short warm-up),
-trains the ``grpo`` arm for 2 steps through the recipe's entry point with ``ablation=grpo_baseline``, and writes the
-run's record. The checks are on what the study's doc is generated from: every field the doc reads is present and
-consistent with the run's own metrics file.
+trains the ``grpo`` arm for 2 steps through the recipe's entry point with ``ablation=grpo_baseline`` and process
+supervision (``objective=grpo_process``), and writes the run's record. The checks are on what the study's doc is
+generated from: every field the doc reads is present and consistent with the run's own metrics file; and on the
+process-supervised advantages: every response's steps were scored by the chain task's step scorer.
 """
 
 from __future__ import annotations
@@ -49,3 +50,8 @@ def test_ablation_smoke_trains_two_steps_and_writes_every_field_the_doc_reads(ab
                 for s in (1, 2)]
     assert run["informative_share"] == pytest.approx(sum(expected) / 2)
     assert study["design"]["max_steps"] == 2
+    # Process supervision ran: the chain scorer found steps in the responses and scored each (grpo_process).
+    for step in (1, 2):
+        assert metrics[step]["process/steps_per_response_mean"] > 0
+        assert 0.0 <= metrics[step]["process/step_right_fraction"] <= 1.0
+    assert "objective=grpo_process" in (work / "grpo_s0" / "command.txt").read_text()

@@ -131,7 +131,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self.reset_reference({}, resumed=True)
         SkipManager.init(self.config)
 
-        if self.config.trainer.get("val_before_train", True):
+        if self.config.trainer.get("val_before_train", True) and not self.recipe.logged_validation(self.global_steps):
             val_metrics = self._validate()
             logger.info("initial validation: %s", val_metrics)
             self.tracker.log(data=val_metrics, step=self.global_steps)

@@ -216,6 +216,10 @@ class _DAPOOnV1(HoldsRecipeRun):
     def _validate(self, *args, **kwargs):
         if self.stopped_by:  # pre-empted: the time is the checkpoint's
             return {}
+        if not hasattr(self, "_step_start"):  # verl's validation before training: run it unless the file has it
+            logged = self.recipe.logged_validation(self.global_steps)
+            if logged:
+                return logged
         return super()._validate(*args, **kwargs)
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
