@@ -311,7 +311,7 @@ def prepare(args: argparse.Namespace) -> PreparedEvaluation:
 
 def run(prepared: PreparedEvaluation) -> dict[str, Any]:
     """Generate, score and write the report (layout in ``report``); returns the report dict."""
-    from recipe_dapo.evaluation.generation import EngineSettings, generate, make_engine
+    from recipe_dapo.evaluation.generation import EngineSettings, close_engine, generate, make_engine
 
     args, datasets = prepared.args, prepared.datasets
     started = time.monotonic()
@@ -334,7 +334,11 @@ def run(prepared: PreparedEvaluation) -> dict[str, Any]:
     engine_ready = time.monotonic()
     # One generate call for all files: the engine batches across data sets.
     flat_prompts = [ids for dataset_ids in prepared.prompt_ids for ids in dataset_ids]
-    flat_completions = generate(engine, flat_prompts, args.n, args.temperature, args.top_p, args.max_response_length)
+    try:
+        flat_completions = generate(engine, flat_prompts, args.n, args.temperature, args.top_p,
+                                    args.max_response_length)
+    finally:
+        close_engine(engine)
     generated = time.monotonic()
 
     settings = dict(vars(args))

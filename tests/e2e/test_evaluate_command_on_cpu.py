@@ -203,3 +203,7 @@ def test_evaluation_command_writes_its_report_tables_and_generations_on_cpu(tiny
         table = (out / f"{name}.md").read_text()
         assert f"| metric | {data_source} |" in table and "| mean@2 |" in table
     assert "## gsm8k (2 rows x 2 samples)" in completed.stdout
+    # A successful evaluation ends quietly: the engine is shut down before the interpreter exits (else vLLM's monitor
+    # reports its process gone).
+    log = (out / evaluate.LOG_FILE).read_text() if (out / evaluate.LOG_FILE).exists() else ""
+    assert "exited unexpectedly" not in completed.stdout + completed.stderr + log
