@@ -96,6 +96,11 @@ class _Totals:
     partial_steps: int = 0
 
 
+ONE_ROUND_SETTLE = 0.5
+"""``one_round``: a step submits again only once this share of the prompts it submitted has been judged (the first
+groups to finish are the short, easy ones, whose keep rate is not the round's)."""
+
+
 class DynamicSampler:
     """Decides which groups a training step uses and how many prompts each round generates."""
 
@@ -186,8 +191,13 @@ class DynamicSampler:
             # the batch (each submission waits for its own longest response).
             missing = self.config.train_batch_size - self._pool.num_groups
             keep_rate = self._keep_rate.value if self.config.enable else 1.0
-            if self._tally.dispatched_prompts and in_flight * keep_rate >= missing:
-                return 0
+            if self._tally.dispatched_prompts:
+                if in_flight * keep_rate >= missing:
+                    return 0
+                # The first groups back are the short, easy ones: a keep rate read from them alone would size a refill
+                # many times too large. Refill once ONE_ROUND_SETTLE of what this step submitted has been judged.
+                if in_flight and self._tally.generated_groups < ONE_ROUND_SETTLE * self._tally.dispatched_prompts:
+                    return 0
             return one_round_prompts(self.config, missing, in_flight, self._keep_rate.value, self._prompts_used())
         keep_rate = self._keep_rate.value if self.config.enable else 1.0
         expected = self._pool.num_groups + in_flight * max(keep_rate, MIN_KEEP_RATE)

@@ -331,8 +331,8 @@ def run_summary(config: DictConfig) -> dict[str, object]:
         "prompt / response tokens": f"{get('data.max_prompt_length')} / {get('data.max_response_length')}",
         "loss": f"{get(f'{actor}.policy_loss.loss_mode')}, {get(f'{actor}.loss_agg_mode')}, "
         f"clip {get(f'{actor}.clip_ratio_low')} / {get(f'{actor}.clip_ratio_high')}",
-        "dynamic sampling": f"{get('algorithm.filter_groups.enable')}"
-        + (" (one round per step)" if get("dapo.dynamic_sampling.one_round") else ""),
+        "dynamic sampling": f"{get('algorithm.filter_groups.enable')} (one round per step)"
+        if get("dapo.dynamic_sampling.one_round") else get("algorithm.filter_groups.enable"),
         "keep rule / prompt skipping": f"{get('dapo.dynamic_sampling.keep_rule')} / "
         f"{get('dapo.dynamic_sampling.skip.enable')}",
         "overlong buffer": get("reward.reward_kwargs.overlong_buffer_cfg.enable"),
