@@ -18,17 +18,18 @@ Modes, all at ``train_batch_size`` = 512 trained groups per step:
 - ``v1``         verl's v1 trainer in sync mode (``drain=True``): refills stream in as groups finish; once the batch is
                  full the step waits for every prompt in flight and pools their qualifying groups (recipe defaults,
                  including the dispatch cap pooled + in flight <= 512 x (1 + max_staleness)).
-- ``one_round``  the one-round mode: at the step's start ``prompts_to_dispatch(in_flight)`` with a larger safety margin
-                 (``--margin``, default 0.2) submits enough prompts to fill the batch in one round, less what the
-                 responses carried from the last step are expected to give; groups are judged as they finish; once the
-                 batch is full (``drain=False``) every response still generating (or queued) is aborted, keeps its
-                 tokens, and resumes at the next step's start under the new weights (re-prefilling its prompt plus its
-                 partial tokens). Its group is born in the step it was submitted in (``born_steps``), so the sampler's
-                 staleness rules see its age. If the round falls short the sampler refills, streaming, as in v1. The
-                 sampler's dispatch cap (pooled + in flight <= 512 x (1 + max_staleness)) would hold the one round to
-                 1024 prompts with max_staleness 1 (below a keep rate of about 0.6 it binds), so this mode runs with
-                 ``ONE_ROUND_MAX_STALENESS`` = 12, which lets the round through down to a keep rate of 0.1; the table
-                 reports the trained groups' mean age and any stale drops.
+- ``one_round``  the recipe's one-round mode (``dapo.dynamic_sampling.one_round=true``, ``one_round_confidence`` 0.9
+                 or ``--confidence``, the default ``max_staleness`` 1): at the step's start the responses aborted at
+                 the end of the last step resume first (re-prefilling prompt plus partial tokens), and
+                 ``prompts_to_dispatch(in_flight)`` submits what fills the batch with probability
+                 ``one_round_confidence`` at the keep-rate estimate, the resumed prompts counted
+                 (``sizing.one_round_prompts``; no dispatch room); another submission only when the prompts in flight
+                 are no longer expected to fill the batch. Groups are judged as they finish; once the batch is full
+                 (``drain=False``) the step ends and every response still generating (or queued) is aborted and keeps
+                 its tokens, except while the stream's ``overdue()`` counts prompts in flight that, aborted now and
+                 resumed next step, would train more than ``max_staleness`` steps after their submission (with
+                 max_staleness 1: every prompt resumed from the last step): the step waits for those. A group is born
+                 in the step it was submitted in (``born_steps``), so the sampler's staleness rules see its age.
 
 Engine model (per rollout replica, continuous batching, all constants assumed, not measured):
 
@@ -79,8 +80,14 @@ carried responses reach steady state):
 - ``KS fin``       KS distance between trained response lengths and all lengths that finished in the window;
                    ``KS sync`` between trained lengths and a large sample of qualifying groups' lengths.
 - ``q tr / q sub`` mean solve rate of trained prompts / of submitted prompts (reference: E[q | kept]).
-- ``resumed``      responses resumed after an abort that trained, per step; ``age`` mean age in steps of trained groups.
-- ``prompts``      prompts submitted per step; ``step 1`` those submitted in the first step.
+- ``resumed``      responses resumed after an abort that trained, per step; ``age`` mean age in steps of trained groups,
+                   ``max age`` the oldest's (steps since its submission); ``dropped`` qualifying groups dropped as
+                   stale.
+- ``wait s``       the one-round mode: generation seconds per step after the batch was full (waiting for the overdue
+                   prompts).
+- ``prompts``      prompts submitted per step; ``step 1`` those submitted in the first step. Under each setting's table
+                   the one-round mode's first steps, which the averages leave out: prompts submitted, the oldest trained
+                   group's age, generation seconds, seconds after full and groups dropped, per step.
 
 What the model shows (figures: the default run, see docs/design.md):
 
@@ -88,21 +95,26 @@ What the model shows (figures: the default run, see docs/design.md):
   not lost), so a step costs at least its generated tokens over the replicas' peak rate (32 x 256 / 35.6 ms = 230k
   tokens/s: 427 s at keep 0.45). Deficit rounds are 1.4x that floor at keep 0.45 (mostly one round per step already,
   thanks to the margin and the carry-over), the one-round mode 1.27x. What the one-round mode does not recover: a group
-  is judged only when the slowest of its 16 responses ends, so a batch that needs 1 / (1 + margin) of the round's
-  groups needs nearly all of their responses; the queues empty and the last ~40% of the step runs at about a third of
-  the 256 sequences per replica. A larger margin keeps the replicas fuller but carries the work to the next step: the time per
-  step hardly moves (``--margins``).
-- Cold start: in the first step the groups that finish first are the short, easy ones, more often all right, so the
-  streaming keep-rate estimate falls and refills follow, up to the dispatch room (about 6,700 prompts submitted in the
-  first step with ONE_ROUND_MAX_STALENESS = 12 at keep rates 0.3-0.6, against 865-1,700 per step later). The backlog takes up to ~8 steps to drain, with
-  trained groups up to 6 steps old meanwhile; ``WARMUP`` leaves those steps out of the averages.
+  is judged only when the slowest of its 16 responses ends, and a submission sized at confidence 0.9 is only ~5% above
+  the expected need, so the batch needs nearly all of the round's groups, hence nearly all of their responses; the
+  queues empty and the last ~40% of the step runs at about a third of the 256 sequences per replica. A higher
+  confidence keeps the replicas fuller but carries the work to the next step: the time per step does not move
+  (``--confidences``). The overdue wait costs nothing at steady state with the paper's lengths (the resumed responses
+  run first and finish before the batch is full).
+- Cold start: in the first step the groups that finish first are short, easy ones, all right, and the keep-rate
+  estimate (a prior worth one group) falls on a handful of them (0.25 after one finished group, 0.04 after twelve, at
+  keep 0.45); each fall is a further submission sized at the estimate, and with no dispatch room the first step
+  submits 14,071-15,360 prompts at keep rates 0.3-0.6 (15,360 is the step's ``max_num_gen_batches`` budget). With
+  max_staleness 1 all of them are overdue in step 2, which submits nothing, waits 2,300-2,700 s after its batch is
+  full to finish them, and drops the 3,500-8,000 qualifying groups beyond its batch as stale; no trained group is ever
+  older than one step. From step 3 the run is at steady state; ``WARMUP`` leaves steps 1-8 out of the averages.
 
 The last line: ``RESULT one_round_over_rounds=<gen time one_round / deficit> one_round_over_v1=<gen time one_round /
 v1> gen_over_ideal=<one_round's> trained_length_shift=<one_round's>``, averaged over the settings with keep rate
 0.3-0.6 and the paper's lengths.
 
-Run: python bench/gpu_step_model.py [--quick] [--margin 0.2] [--steps 10] [--margins 0.1,0.2,0.4]
-(about 2 minutes on one core by default; ``--quick``: a scaled-down system for tests, whose figures are mostly noise.)
+Run: python bench/gpu_step_model.py [--quick] [--confidence 0.9] [--steps 18] [--confidences 0.5,0.75,0.9,0.97]
+(about 2 minutes on one core by default, 3 with ``--keeps 0.3,0.45,0.6`` and the four confidences; ``--quick``: a scaled-down system for tests, whose figures are mostly noise.)
 """
 
 from __future__ import annotations
