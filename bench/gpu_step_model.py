@@ -18,17 +18,18 @@ Modes, all at ``train_batch_size`` = 512 trained groups per step:
 - ``v1``         verl's v1 trainer in sync mode (``drain=True``): refills stream in as groups finish; once the batch is
                  full the step waits for every prompt in flight and pools their qualifying groups (recipe defaults,
                  including the dispatch cap pooled + in flight <= 512 x (1 + max_staleness)).
-- ``one_round``  the one-round mode: at the step's start ``prompts_to_dispatch(in_flight)`` with a larger safety margin
-                 (``--margin``, default 0.2) submits enough prompts to fill the batch in one round, less what the
-                 responses carried from the last step are expected to give; groups are judged as they finish; once the
-                 batch is full (``drain=False``) every response still generating (or queued) is aborted, keeps its
-                 tokens, and resumes at the next step's start under the new weights (re-prefilling its prompt plus its
-                 partial tokens). Its group is born in the step it was submitted in (``born_steps``), so the sampler's
-                 staleness rules see its age. If the round falls short the sampler refills, streaming, as in v1. The
-                 sampler's dispatch cap (pooled + in flight <= 512 x (1 + max_staleness)) would hold the one round to
-                 1024 prompts with max_staleness 1 (below a keep rate of about 0.6 it binds), so this mode runs with
-                 ``ONE_ROUND_MAX_STALENESS`` = 12, which lets the round through down to a keep rate of 0.1; the table
-                 reports the trained groups' mean age and any stale drops.
+- ``one_round``  the recipe's one-round mode (``dapo.dynamic_sampling.one_round=true``, ``one_round_confidence`` 0.9
+                 or ``--confidence``, the default ``max_staleness`` 1): at the step's start the responses aborted at
+                 the end of the last step resume first (re-prefilling prompt plus partial tokens), and
+                 ``prompts_to_dispatch(in_flight)`` submits what fills the batch with probability
+                 ``one_round_confidence`` at the keep-rate estimate, the resumed prompts counted
+                 (``sizing.one_round_prompts``; no dispatch room); another submission only when the prompts in flight
+                 are no longer expected to fill the batch. Groups are judged as they finish; once the batch is full
+                 (``drain=False``) the step ends and every response still generating (or queued) is aborted and keeps
+                 its tokens, except while the stream's ``overdue()`` counts prompts in flight that, aborted now and
+                 resumed next step, would train more than ``max_staleness`` steps after their submission (with
+                 max_staleness 1: every prompt resumed from the last step): the step waits for those. A group is born
+                 in the step it was submitted in (``born_steps``), so the sampler's staleness rules see its age.
 
 Engine model (per rollout replica, continuous batching, all constants assumed, not measured):
 
@@ -79,8 +80,14 @@ carried responses reach steady state):
 - ``KS fin``       KS distance between trained response lengths and all lengths that finished in the window;
                    ``KS sync`` between trained lengths and a large sample of qualifying groups' lengths.
 - ``q tr / q sub`` mean solve rate of trained prompts / of submitted prompts (reference: E[q | kept]).
-- ``resumed``      responses resumed after an abort that trained, per step; ``age`` mean age in steps of trained groups.
-- ``prompts``      prompts submitted per step; ``step 1`` those submitted in the first step.
+- ``resumed``      responses resumed after an abort that trained, per step; ``age`` mean age in steps of trained groups,
+                   ``max age`` the oldest's (steps since its submission); ``dropped`` qualifying groups dropped as
+                   stale.
+- ``wait s``       the one-round mode: generation seconds per step after the batch was full (waiting for the overdue
+                   prompts).
+- ``prompts``      prompts submitted per step; ``step 1`` those submitted in the first step. Under each setting's table
+                   the one-round mode's first steps, which the averages leave out: prompts submitted, the oldest trained
+                   group's age, generation seconds, seconds after full and groups dropped, per step.
 
 What the model shows (figures: the default run, see docs/design.md):
 
@@ -88,21 +95,26 @@ What the model shows (figures: the default run, see docs/design.md):
   not lost), so a step costs at least its generated tokens over the replicas' peak rate (32 x 256 / 35.6 ms = 230k
   tokens/s: 427 s at keep 0.45). Deficit rounds are 1.4x that floor at keep 0.45 (mostly one round per step already,
   thanks to the margin and the carry-over), the one-round mode 1.27x. What the one-round mode does not recover: a group
-  is judged only when the slowest of its 16 responses ends, so a batch that needs 1 / (1 + margin) of the round's
-  groups needs nearly all of their responses; the queues empty and the last ~40% of the step runs at about a third of
-  the 256 sequences per replica. A larger margin keeps the replicas fuller but carries the work to the next step: the time per
-  step hardly moves (``--margins``).
-- Cold start: in the first step the groups that finish first are the short, easy ones, more often all right, so the
-  streaming keep-rate estimate falls and refills follow, up to the dispatch room (about 6,700 prompts submitted in the
-  first step with ONE_ROUND_MAX_STALENESS = 12 at keep rates 0.3-0.6, against 865-1,700 per step later). The backlog takes up to ~8 steps to drain, with
-  trained groups up to 6 steps old meanwhile; ``WARMUP`` leaves those steps out of the averages.
+  is judged only when the slowest of its 16 responses ends, and a submission sized at confidence 0.9 is only ~5% above
+  the expected need, so the batch needs nearly all of the round's groups, hence nearly all of their responses; the
+  queues empty and the last ~40% of the step runs at about a third of the 256 sequences per replica. A higher
+  confidence keeps the replicas fuller but carries the work to the next step: the time per step does not move
+  (``--confidences``). The overdue wait costs nothing at steady state with the paper's lengths (the resumed responses
+  run first and finish before the batch is full).
+- Cold start: in the first step the groups that finish first are short, easy ones, all right, and the keep-rate
+  estimate (a prior worth one group) falls on a handful of them (0.25 after one finished group, 0.04 after twelve, at
+  keep 0.45); each fall is a further submission sized at the estimate, and with no dispatch room the first step
+  submits 14,071-15,360 prompts at keep rates 0.3-0.6 (15,360 is the step's ``max_num_gen_batches`` budget). With
+  max_staleness 1 all of them are overdue in step 2, which submits nothing, waits 2,300-2,700 s after its batch is
+  full to finish them, and drops the 3,500-8,000 qualifying groups beyond its batch as stale; no trained group is ever
+  older than one step. From step 3 the run is at steady state; ``WARMUP`` leaves steps 1-8 out of the averages.
 
 The last line: ``RESULT one_round_over_rounds=<gen time one_round / deficit> one_round_over_v1=<gen time one_round /
 v1> gen_over_ideal=<one_round's> trained_length_shift=<one_round's>``, averaged over the settings with keep rate
 0.3-0.6 and the paper's lengths.
 
-Run: python bench/gpu_step_model.py [--quick] [--margin 0.2] [--steps 10] [--margins 0.1,0.2,0.4]
-(about 2 minutes on one core by default; ``--quick``: a scaled-down system for tests, whose figures are mostly noise.)
+Run: python bench/gpu_step_model.py [--quick] [--confidence 0.9] [--steps 18] [--confidences 0.5,0.75,0.9,0.97]
+(about 2 minutes on one core by default, 3 with ``--keeps 0.3,0.45,0.6`` and the four confidences; ``--quick``: a scaled-down system for tests, whose figures are mostly noise.)
 """
 
 from __future__ import annotations
@@ -148,12 +160,13 @@ WRONG_LENGTH_FACTOR = 1.4
 LENGTH_SETTINGS = {"paper": 4000.0, "early": 1500.0}
 KEEP_RATES = (0.1, 0.3, 0.45, 0.6, 0.9)
 HEADLINE_KEEPS = (0.3, 0.45, 0.6)
-DEFAULT_MARGIN = 0.2
-ONE_ROUND_MAX_STALENESS = 12
-WARMUP = 8  # steps not counted: the one-round mode's cold start (module docstring) drains in up to ~8 steps
+DEFAULT_CONFIDENCE = 0.9  # the recipe's dapo.dynamic_sampling.one_round_confidence default
+CONFIDENCES = (0.5, 0.75, 0.9, 0.97)
+WARMUP = 8  # steps not counted: the pool, the keep-rate estimate and the carried responses settle
 MODES = ("deficit", "whole", "v1", "one_round")
 CHUNK = 4096
-ROW = np.dtype([("uid", np.int64), ("prompt", np.int64), ("length", np.int64), ("resumed", np.int8)])
+ROW = np.dtype([("uid", np.int64), ("prompt", np.int64), ("length", np.int64), ("resumed", np.int8),
+                ("born", np.int64)])
 
 
 @dataclass(frozen=True)
@@ -431,6 +444,7 @@ class BlockingRounds:
         self.uids = itertools.count()
         self.seconds = 0.0
         self.decoded = 0
+        self.step = 0  # the step being collected (set by run_mode): the born step of its rounds' groups
 
     def __call__(self, prompts: np.ndarray) -> ScoredRound:
         prompts = np.asarray(prompts)
@@ -446,27 +460,35 @@ class BlockingRounds:
         table["uid"] = np.repeat(np.array([next(self.uids) for _ in prompts]), RESPONSES)
         table["prompt"] = np.repeat(prompts, RESPONSES)
         table["length"] = flat
+        table["born"] = self.step
         return ScoredRound(table, group_ids=table["uid"], metric_values=correct.reshape(-1).astype(float),
                            generated_tokens=int(flat.sum()))
 
 
 class SimulatedStream:
     """A ``GroupStream`` over the engine: submit draws the next prompts of the world; poll returns the groups whose 16
-    responses have all finished; wait advances the clock by one poll interval. With ``abort_at_full`` (the one-round
-    mode) ``abort()`` stops the responses still generating, and ``begin_step`` resumes them first."""
+    responses have all finished; wait advances the clock by one poll interval. In the one-round mode ``abort()`` stops
+    the responses still generating, ``begin_step`` resumes them first, and ``overdue()`` counts the prompts in flight
+    that the step must finish (``max_staleness``)."""
 
-    def __init__(self, world: World, system: System, recorder: "Recorder", drop_aborted: bool = False):
+    def __init__(self, world: World, system: System, recorder: "Recorder", drop_aborted: bool = False,
+                 max_staleness: int = 1, report_overdue: bool = True):
         self.world, self.system, self.recorder = world, system, recorder
         self.engine = Engine(system)
         self.drop_aborted = drop_aborted  # a deliberately broken variant: aborted groups are thrown away (tests)
+        self.max_staleness = max_staleness
+        self.report_overdue = report_overdue  # False: a broken variant whose overdue() is always 0 (tests)
         self.next_prompt = 0
         self.sids = itertools.count()
         self.groups: dict[int, dict] = {}  # uid -> prompt, step, responses left, sequences
         self.carried: list[Sequence] = []
         self.step = 0
+        self.full_at: Optional[float] = None  # simulated time of the step's first overdue() call: the batch was full
+        self.late_groups = 0  # groups that finished more than max_staleness steps after their submission step
 
     def begin_step(self, step: int) -> None:
         self.step = step
+        self.full_at = None
         if self.carried:
             for seq in self.carried:
                 seq.resumed = True
@@ -499,19 +521,32 @@ class SimulatedStream:
         self.engine.just_finished = []
         if not done:
             return None
+        self.late_groups += sum(1 for group in done if self.step - group["born"] > self.max_staleness)
         table = np.zeros(len(done) * RESPONSES, dtype=ROW)
         table["uid"] = table["prompt"] = np.repeat([group["prompt"] for group in done], RESPONSES)
         table["length"] = np.concatenate([group["lengths"] for group in done])
         table["resumed"] = np.concatenate([group["resumed"] for group in done])
         metric = np.concatenate([group["correct"] for group in done]).astype(float)
-        born = np.repeat([group["born"] for group in done], RESPONSES)
-        return ScoredRound(table, group_ids=table["uid"], metric_values=metric, born_steps=born)
+        table["born"] = np.repeat([group["born"] for group in done], RESPONSES)
+        return ScoredRound(table, group_ids=table["uid"], metric_values=metric, born_steps=table["born"].copy())
 
     def release(self, group_ids) -> None:
         pass
 
     def in_flight(self) -> int:
         return len(self.groups)
+
+    def overdue(self) -> int:
+        """Prompts in flight (running, queued, or aborted and resumed) submitted in a step ``s`` with ``step + 1 - s >
+        max_staleness``: aborted now and finished in the next step, they would train too late, so the step waits for
+        them. ``collect_streaming_step`` asks only once the batch is full and prompts are in flight, so the first call
+        of a step marks the simulated time the batch filled (``full_at``)."""
+        if self.full_at is None:
+            self.full_at = self.engine.now
+        if not self.report_overdue:
+            return 0
+        limit = self.step + 1 - self.max_staleness
+        return sum(1 for group in self.groups.values() if group["born"] < limit)
 
     def wait(self) -> None:
         self.engine.advance_to(self.engine.now + self.system.poll_s)
@@ -545,12 +580,12 @@ class Recorder:
         self.finished_lengths.extend(int(x) for x in lengths)
 
 
-def sampler_for(mode: str, system: System, margin: float) -> DynamicSampler:
+def sampler_for(mode: str, system: System, confidence: float = DEFAULT_CONFIDENCE) -> DynamicSampler:
     own = {
         "deficit": {},
         "whole": {"round_sizing": "whole", "max_staleness": 0},
         "v1": {},
-        "one_round": {"safety_margin": margin, "max_staleness": ONE_ROUND_MAX_STALENESS},
+        "one_round": {"one_round": True, "one_round_confidence": confidence},  # the default max_staleness, 1
     }[mode]
     config = DynamicSamplingConfig.from_config(
         {"enable": True, "metric": "acc", "max_num_gen_batches": MAX_NUM_GEN_BATCHES},
@@ -563,13 +598,16 @@ def sampler_for(mode: str, system: System, margin: float) -> DynamicSampler:
 
 @dataclass
 class StepRecord:
+    step: int
     gen_s: float
+    after_full_s: float  # the one-round mode: generation seconds after the batch was full (the overdue wait)
     generated_tokens: int
     trained_lengths: np.ndarray
     trained_prompts: np.ndarray
     trained_groups: int
     resumed: int
     mean_age: float
+    oldest_age: int  # steps since submission of the oldest trained group
     dropped_stale: int
     submitted_from: int
     submitted_to: int
@@ -577,10 +615,11 @@ class StepRecord:
     finished_to: int
 
 
-def run_mode(mode: str, world: World, system: System, steps: int, margin: float = DEFAULT_MARGIN,
-             drop_aborted: bool = False) -> tuple[list[StepRecord], dict]:
-    """One training run of ``steps`` steps through the recipe's sampler; per-step records and the run's accounts."""
-    sampler = sampler_for(mode, system, margin)
+def run_mode(mode: str, world: World, system: System, steps: int, confidence: float = DEFAULT_CONFIDENCE,
+             drop_aborted: bool = False, report_overdue: bool = True) -> tuple[list[StepRecord], dict]:
+    """One training run of ``steps`` steps through the recipe's sampler; per-step records and the run's accounts.
+    ``drop_aborted`` and ``report_overdue=False`` are broken variants of the one-round mode (tests)."""
+    sampler = sampler_for(mode, system, confidence)
     recorder = Recorder()
     records = []
     accounts: dict = {"recorder": recorder, "sampler": sampler}
@@ -589,35 +628,43 @@ def run_mode(mode: str, world: World, system: System, steps: int, margin: float 
         prompts = PromptStream(lambda epoch: (np.arange(i, i + CHUNK) for i in itertools.count(0, CHUNK)))
         for step in range(1, steps + 1):
             marks = len(recorder.submitted_q), len(recorder.finished_lengths), source.seconds, source.decoded
+            source.step = step
             collected = collect_step(sampler, prompts, source, step)
-            records.append(_record(collected, source.seconds - marks[2], source.decoded - marks[3], recorder, marks))
+            records.append(_record(step, collected, source.seconds - marks[2], 0.0, source.decoded - marks[3],
+                                   recorder, marks))
         accounts.update(decoded=source.decoded, finished=source.decoded, carried=0)
         return records, accounts
-    stream = SimulatedStream(world, system, recorder, drop_aborted)
+    stream = SimulatedStream(world, system, recorder, drop_aborted, sampler.config.max_staleness, report_overdue)
     engine = stream.engine
     for step in range(1, steps + 1):
         marks = len(recorder.submitted_q), len(recorder.finished_lengths), engine.now, engine.decoded
         stream.begin_step(step)
         collected = collect_streaming_step(sampler, stream, step, drain=(mode == "v1"))
+        after_full = engine.now - stream.full_at if mode == "one_round" and stream.full_at is not None else 0.0
         if mode == "one_round":
             stream.abort()
-        records.append(_record(collected, engine.now - marks[2], engine.decoded - marks[3], recorder, marks))
+        records.append(_record(step, collected, engine.now - marks[2], after_full, engine.decoded - marks[3],
+                               recorder, marks))
     accounts.update(decoded=engine.decoded, finished=engine.finished_tokens, carried=stream.carried_tokens(),
-                    in_flight_groups=stream.in_flight(), stream=stream)
+                    in_flight_groups=stream.in_flight(), late_groups=stream.late_groups, stream=stream)
     return records, accounts
 
 
-def _record(collected, gen_s: float, generated: int, recorder: Recorder, marks) -> StepRecord:
+def _record(step: int, collected, gen_s: float, after_full_s: float, generated: int, recorder: Recorder,
+            marks) -> StepRecord:
     batch, metrics = collected.batch, collected.metrics
     empty = np.empty(0, np.int64)
     return StepRecord(
+        step=step,
         gen_s=gen_s,
+        after_full_s=after_full_s,
         generated_tokens=generated,
         trained_lengths=batch["length"].copy() if batch is not None else empty,
         trained_prompts=batch["prompt"][::RESPONSES].copy() if batch is not None else empty,
         trained_groups=0 if batch is None else len(batch) // RESPONSES,
         resumed=int(batch["resumed"].sum()) if batch is not None else 0,
         mean_age=float(metrics["dynamic_sampling/mean_staleness"]),
+        oldest_age=int(step - batch["born"].min()) if batch is not None and len(batch) else 0,
         dropped_stale=int(metrics["dynamic_sampling/dropped_stale_groups"]),
         submitted_from=marks[0], submitted_to=len(recorder.submitted_q),
         finished_from=marks[1], finished_to=len(recorder.finished_lengths),
@@ -649,6 +696,8 @@ class Summary:
     q_submitted: float
     resumed_per_step: float
     mean_age: float
+    max_age: int
+    after_full_s: float
     dropped: int
     trained_per_step: float
     prompts_per_step: float
@@ -677,11 +726,27 @@ def summarize(mode: str, lengths: str, world: World, reference: dict, records: l
         q_submitted=float(submitted_q.mean()) if submitted_q.size else float("nan"),
         resumed_per_step=float(np.mean([r.resumed for r in window])),
         mean_age=float(np.mean([r.mean_age for r in window])),
+        max_age=max(r.oldest_age for r in window),
+        after_full_s=float(np.mean([r.after_full_s for r in window])),
         dropped=sum(r.dropped_stale for r in window),
         trained_per_step=groups / len(window),
         prompts_per_step=float(np.mean([r.submitted_to - r.submitted_from for r in window])),
         first_step_prompts=records[0].submitted_to - records[0].submitted_from,
     )
+
+
+def first_steps_line(records: list[StepRecord], count: int) -> str:
+    """The one-round mode's first steps (the averages leave them out): prompts submitted, the oldest trained group's
+    age, generation seconds and the seconds of them after the batch was full."""
+    shown = records[:count]
+
+    def join(values) -> str:
+        return " ".join(values)
+
+    return (f"  one_round steps 1-{len(shown)}: prompts {join(str(r.submitted_to - r.submitted_from) for r in shown)}"
+            f" | oldest age {join(str(r.oldest_age) for r in shown)} | gen s {join(f'{r.gen_s:.0f}' for r in shown)}"
+            f" | after full s {join(f'{r.after_full_s:.0f}' for r in shown)}"
+            f" | dropped {join(str(r.dropped_stale) for r in shown)}")
 
 
 def main(argv=None) -> None:
@@ -690,8 +755,10 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default 18; quick 8), the first "
                         f"{WARMUP} (quick 3) not counted")
     parser.add_argument("--keeps", default=",".join(map(str, KEEP_RATES)), help="keep rates (paper lengths)")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="the one-round mode's safety margin")
-    parser.add_argument("--margins", default="", help="other margins to try for the one-round mode, e.g. 0.1,0.4")
+    parser.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE,
+                        help="the one-round mode's dapo.dynamic_sampling.one_round_confidence")
+    parser.add_argument("--confidences", default="", help="one_round_confidence values to sweep for the one-round "
+                        f"mode at the headline keep rates, e.g. {','.join(map(str, CONFIDENCES))}")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.getLogger("recipe_dapo").setLevel(logging.ERROR)  # the paper's discard warns once per run: expected here
@@ -705,10 +772,11 @@ def main(argv=None) -> None:
     print(f"system: {system.replicas} replicas x {system.concurrency} sequences, batch {system.train_prompts} "
           f"prompts x {RESPONSES}, gen_batch_size {system.gen_prompts}; decode {system.decode_fixed_s * 1e3:.0f} ms + "
           f"{system.decode_per_seq_s * 1e3:.2f} ms x running; prefill {system.prefill_s_per_token * 1e6:.0f} us/token; "
-          f"training {TRAIN_S:.0f} s/step; one-round margin {args.margin}; {steps} steps, first {warmup} not counted")
+          f"training {TRAIN_S:.0f} s/step; one-round confidence {args.confidence}, max_staleness 1; {steps} steps, "
+          f"first {warmup} not counted")
     header = (f"{'lengths':7} {'keep':>4} {'mode':10} {'gen s':>7} {'step s':>7} {'gen/ideal':>9} {'gen/trn':>7} "
               f"{'shift':>7} {'KS fin':>6} {'KS sync':>7} {'q tr':>5} {'q sub':>5} {'resumed':>7} {'age':>5} "
-              f"{'dropped':>7} {'prompts':>7} {'step 1':>6}")
+              f"{'max age':>7} {'wait s':>6} {'dropped':>7} {'prompts':>7} {'step 1':>6}")
     summaries: dict[tuple[str, float, str], Summary] = {}
     for lengths, keep in settings:
         world = World(keep, LENGTH_SETTINGS[lengths], args.seed)
@@ -717,14 +785,18 @@ def main(argv=None) -> None:
               f"{reference['kept_mean_length']:.0f}, clip ratio {reference['clip_ratio']:.3f}, E[q | kept] "
               f"{reference['kept_solve_rate']:.3f}, E[q] {reference['solve_rate']:.3f}")
         print(header)
+        first_steps = ""
         for mode in MODES:
-            records, accounts = run_mode(mode, world, system, steps, margin=args.margin)
+            records, accounts = run_mode(mode, world, system, steps, confidence=args.confidence)
             s = summarize(mode, lengths, world, reference, records, accounts["recorder"], warmup)
             summaries[(lengths, keep, mode)] = s
             print(f"{lengths:7} {keep:4.2f} {mode:10} {s.gen_s:7.0f} {s.gen_s + TRAIN_S:7.0f} {s.gen_over_ideal:9.3f} "
                   f"{s.gen_over_trained:7.2f} {s.shift:+7.3f} {s.ks_finished:6.3f} {s.ks_sync:7.3f} {s.q_trained:5.3f} "
-                  f"{s.q_submitted:5.3f} {s.resumed_per_step:7.1f} {s.mean_age:5.2f} {s.dropped:7d} "
-                  f"{s.prompts_per_step:7.0f} {s.first_step_prompts:6d}")
+                  f"{s.q_submitted:5.3f} {s.resumed_per_step:7.1f} {s.mean_age:5.2f} {s.max_age:7d} "
+                  f"{s.after_full_s:6.1f} {s.dropped:7d} {s.prompts_per_step:7.0f} {s.first_step_prompts:6d}")
+            if mode == "one_round":
+                first_steps = first_steps_line(records, warmup)
+        print(first_steps)
     headline = [k for (lengths, k, mode) in summaries if lengths == "paper" and mode == "one_round"
                 and 0.3 <= k <= 0.6]
     if not headline:
@@ -741,23 +813,29 @@ def main(argv=None) -> None:
           f" (target <= 0.75), / v1 {ratio('one_round', 'v1'):.3f} (target <= 0.8), / whole "
           f"{ratio('one_round', 'whole'):.3f}; whole step (with {TRAIN_S:.0f} s training) / deficit "
           f"{np.mean([(summaries[('paper', k, 'one_round')].gen_s + TRAIN_S) / (summaries[('paper', k, 'deficit')].gen_s + TRAIN_S) for k in headline]):.3f}")
-    margins = [float(m) for m in args.margins.split(",") if m.strip()]
-    if margins:
-        print(f"\none-round mode, paper lengths, other safety margins (keep rates {headline}):")
-        print(f"{'margin':>6} {'gen s':>7} {'/deficit':>8} {'/v1':>6} {'gen/ideal':>9} {'shift':>7} {'resumed':>7}")
-        for margin in margins:
+    confidences = [float(c) for c in args.confidences.split(",") if c.strip()]
+    if confidences:
+        print(f"\none-round mode, paper lengths, one_round_confidence (keep rates {headline}; wait s: seconds after the "
+              "batch was full, waiting for overdue prompts):")
+        print(f"{'conf':>5} {'gen s':>7} {'/deficit':>8} {'/v1':>6} {'gen/ideal':>9} {'shift':>7} {'resumed':>7} "
+              f"{'wait s':>6} {'prompts':>7} {'step 1':>6} {'max age':>7} {'dropped':>7}")
+        for confidence in confidences:
             rows = []
             for keep in headline:
                 world = World(keep, LENGTH_SETTINGS["paper"], args.seed)
                 reference = world.reference()
-                records, accounts = run_mode("one_round", world, system, steps, margin=margin)
+                records, accounts = run_mode("one_round", world, system, steps, confidence=confidence)
                 rows.append((keep, summarize("one_round", "paper", world, reference, records, accounts["recorder"],
                                              warmup)))
-            print(f"{margin:6.2f} {np.mean([s.gen_s for _, s in rows]):7.0f} "
+            print(f"{confidence:5.2f} {np.mean([s.gen_s for _, s in rows]):7.0f} "
                   f"{np.mean([s.gen_s / summaries[('paper', k, 'deficit')].gen_s for k, s in rows]):8.3f} "
                   f"{np.mean([s.gen_s / summaries[('paper', k, 'v1')].gen_s for k, s in rows]):6.3f} "
                   f"{np.mean([s.gen_over_ideal for _, s in rows]):9.3f} {np.mean([s.shift for _, s in rows]):+7.3f} "
-                  f"{np.mean([s.resumed_per_step for _, s in rows]):7.1f}")
+                  f"{np.mean([s.resumed_per_step for _, s in rows]):7.1f} "
+                  f"{np.mean([s.after_full_s for _, s in rows]):6.1f} "
+                  f"{np.mean([s.prompts_per_step for _, s in rows]):7.0f} "
+                  f"{np.mean([s.first_step_prompts for _, s in rows]):6.0f} {max(s.max_age for _, s in rows):7d} "
+                  f"{sum(s.dropped for _, s in rows):7d}")
     print(f"\n({time.monotonic() - started:.0f} s)")
     print(f"RESULT one_round_over_rounds={ratio('one_round', 'deficit'):.3f} one_round_over_v1={ratio('one_round', 'v1'):.3f} "
           f"gen_over_ideal={mean_of('one_round', 'gen_over_ideal'):.3f} "

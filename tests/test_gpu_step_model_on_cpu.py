@@ -2,8 +2,9 @@
 
 With every response the same length and a fixed half of the prompts qualifying, a round's time and tokens follow
 from the sizing formula and the engine's wave arithmetic, computed here independently of the simulation. The
-one-round mode trains exactly the batch every step and loses no aborted token; a deliberately broken variant that
-throws the aborted groups away is caught by the same checks (token books, length shift).
+one-round mode (the recipe's ``one_round=true``) trains exactly the batch every step, loses no aborted token and trains
+no group more than ``max_staleness`` steps after its submission; deliberately broken variants that throw the aborted
+groups away, or never report overdue prompts, are caught by the same checks (token books, length shift, ages).
 """
 
 from __future__ import annotations
@@ -107,6 +108,40 @@ def test_throwing_aborted_groups_away_is_caught_by_the_books_and_by_the_length_s
             assert summary.resumed_per_step == 0
     # The broken variant trains what finishes first: the short, easy groups. Same prompts, so the gap is not noise.
     assert shifts[True] < shifts[False] - 0.05, shifts
+
+
+def test_overdue_counts_the_prompts_in_flight_that_would_train_too_late():
+    """max_staleness 1: a prompt submitted in step 1 and still in flight in step 2 would, aborted again, train in step 3
+    at the earliest, two steps after its submission; the prompts of step 2 are not overdue. max_staleness 2: none."""
+    for max_staleness, expected in ((1, 3), (2, 0)):
+        stream = model.SimulatedStream(half_qualify_world(), SMALL, model.Recorder(), max_staleness=max_staleness)
+        stream.begin_step(1)
+        stream.submit(3)
+        stream.wait()  # 0.5 s: no response of 100 tokens has finished
+        assert stream.overdue() == 0  # aborted now, they would train in step 2: in time
+        stream.abort()
+        stream.begin_step(2)
+        stream.submit(2)
+        assert stream.in_flight() == 5 and stream.overdue() == expected, max_staleness
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.6])
+def test_one_round_never_trains_a_group_later_than_max_staleness_and_the_control_does(keep):
+    """The real one-round mode (one_round=true, max_staleness 1): every trained group was submitted at most one step
+    before, and no group finishes later than that (the step waited for the overdue ones). Positive control: the same
+    run with ``overdue()`` forced to 0 ends its steps at full, so groups finish two or more steps after their
+    submission; the sampler can then only drop the qualifying ones (counted) instead of training them."""
+    world = quick_world(keep)
+    records, accounts = model.run_mode("one_round", world, model.QUICK, steps=8)
+    assert [r.trained_groups for r in records] == [model.QUICK.train_prompts] * 8
+    assert max(r.oldest_age for r in records) <= 1 and max(r.oldest_age for r in records[1:]) == 1
+    assert accounts["late_groups"] == 0
+    assert sum(r.after_full_s > 0 for r in records) > 0  # some step did wait for overdue prompts
+    assert token_books_balance(accounts)
+    records, accounts = model.run_mode("one_round", world, model.QUICK, steps=8, report_overdue=False)
+    assert all(r.after_full_s == 0 for r in records)  # the control never waits after full
+    late_trained = sum(r.oldest_age > 1 for r in records)
+    assert accounts["late_groups"] > 0 and late_trained + sum(r.dropped_stale for r in records[2:]) > 0
 
 
 def test_keep_rate_settings_and_length_calibration_hold():
