@@ -219,3 +219,46 @@ def test_the_pool_trains_the_oldest_birth_first_whatever_the_arrival_order():
     pool.add(np.array(["newer", "newer"], dtype=object), np.array(["newer"]), np.array([0, 2]), born_step=2)
     assert list(pool.group_ids()) == ["old", "new", "newer"]
     assert list(pool.take(1).group_ids) == ["old"]
+
+
+class EasyFirst(PartialRollouts):
+    """Short prompts are the easy ones (every response right: the group does not qualify), as in the field: the first
+    groups back make the keep rate look far lower than the round's."""
+
+    def poll(self):
+        for prompt in self.running:
+            prompt["left"] -= 1
+            self.truth[prompt["uid"]]["steps"].add(self.step)
+        done = [p["uid"] for p in self.running if p["left"] <= 0]
+        self.running = [p for p in self.running if p["left"] > 0]
+        if not done:
+            return None
+        self.returned += len(done)
+        acc = np.concatenate([[1.0] * N if self.truth[uid]["length"] <= 3 else [1.0, 0.0] * (N // 2) for uid in done])
+        rows = np.repeat(np.array(done, dtype=object), N)
+        lengths = np.repeat([self.truth[uid]["length"] for uid in done], N)
+        return ScoredRound(rollouts=rows, group_ids=rows.copy(), metric_values=acc, generated_tokens=int(lengths.sum()),
+                           columns={"response_length": lengths, "acc": acc},
+                           born_steps=np.repeat([self.truth[uid]["submitted"] for uid in done], N))
+
+
+def test_the_first_step_does_not_size_refills_on_the_short_easy_groups_that_finish_first(monkeypatch):
+    """Step 1 starts from the prior; its first groups back are all-right (not kept). Sized on them, refills balloon;
+    the step submits again only once its round has been judged. Positive controls: a refill sized on the first groups
+    back, or on the first half of the round, submits several times as many prompts."""
+    import recipe_dapo.dynamic_sampling.sampler as sampler_module
+
+    def first_step_prompts() -> int:
+        sampler = DynamicSampler(config())
+        stream = EasyFirst(np.random.default_rng(0), keep=0.0, max_staleness=1)
+        stream.step = 1
+        collect_streaming_step(sampler, stream, 1, drain=False)
+        return stream.submitted
+
+    settled = first_step_prompts()
+    # A prompt qualifies when it is longer than 3 polls: P(pareto(1.2) >= 1) = 2 ** -1.2 = 0.44, so 32 groups need
+    # about 73 prompts; the round sized on the prior and one top-up sized on the round stay near that.
+    assert settled <= 3 * 32, settled
+    for early in (0.0, 0.5):  # sized on the first groups back, or on the first half of the round
+        monkeypatch.setattr(sampler_module, "ONE_ROUND_SETTLE", early)
+        assert first_step_prompts() >= 2 * settled, early

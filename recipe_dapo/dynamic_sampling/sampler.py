@@ -96,9 +96,10 @@ class _Totals:
     partial_steps: int = 0
 
 
-ONE_ROUND_SETTLE = 0.5
-"""``one_round``: a step submits again only once this share of the prompts it submitted has been judged (the first
-groups to finish are the short, easy ones, whose keep rate is not the round's)."""
+ONE_ROUND_SETTLE = 1.0
+"""``one_round``: a step submits again only once this share of the prompts it submitted has been judged and the batch
+is still short: a top-up is sized on the whole round's keep rate. The first groups to finish are the short, easy ones,
+and a keep rate read from them (or from the first half of the round) sizes a refill many times too large."""
 
 
 class DynamicSampler:
@@ -194,8 +195,8 @@ class DynamicSampler:
             if self._tally.dispatched_prompts:
                 if in_flight * keep_rate >= missing:
                     return 0
-                # The first groups back are the short, easy ones: a keep rate read from them alone would size a refill
-                # many times too large. Refill once ONE_ROUND_SETTLE of what this step submitted has been judged.
+                # The first groups back are the short, easy ones: a keep rate read from them would size a refill many
+                # times too large. A top-up only once ONE_ROUND_SETTLE of what this step submitted has been judged.
                 if in_flight and self._tally.generated_groups < ONE_ROUND_SETTLE * self._tally.dispatched_prompts:
                     return 0
             return one_round_prompts(self.config, missing, in_flight, self._keep_rate.value, self._prompts_used())
