@@ -32,16 +32,12 @@ s/step over v1_async's, the same trainer without the mode, at equal trained grou
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_side_by_side import end_session, session_pss_bytes  # noqa: E402
+from peer_side_by_side import built_assets, interleaved, run_logged  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = {
@@ -67,33 +63,8 @@ def run_arm(arm: str, repeat: int, args, assets: dict) -> dict:
         f"trainer.default_local_dir={run_dir / 'checkpoints'}", f"trainer.experiment_name={arm}", f"data.seed={repeat}",
         *ARMS[arm], *args.overrides,
     ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", VERL_FILE_LOGGER_PATH=str(metrics_file))
-    env.pop("RAY_ADDRESS", None)
-    peak = [0]
-    start = time.time()
-    with open(run_dir / "train.log", "w") as log:
-        process = subprocess.Popen(["nice", "-n", "5", *command], cwd=run_dir, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        done = threading.Event()
-
-        def sample_memory():
-            while not done.wait(0.5):
-                peak[0] = max(peak[0], session_pss_bytes(process.pid))
-
-        sampler = threading.Thread(target=sample_memory, daemon=True)
-        sampler.start()
-        try:
-            returncode = process.wait(timeout=args.timeout)
-        finally:
-            done.set()
-            sampler.join()
-            end_session(process.pid)
-    if returncode != 0:
-        raise RuntimeError(f"{arm} failed with exit status {returncode}; see {run_dir / 'train.log'}")
-    from recipe_dapo.tracking.run_log import read_metrics
-
-    steps = [(step, data) for step, data in sorted(read_metrics(metrics_file).items()) if "timing_s/step" in data]
-    return summarize(steps, peak[0], time.time() - start)
+    steps, peak, wall_s = run_logged(command, run_dir, metrics_file, args.timeout, arm)
+    return summarize(steps, peak, wall_s)
 
 
 def summarize(steps: list[tuple[int, dict]], peak_pss: int, wall_s: float) -> dict:
@@ -173,24 +144,8 @@ def main(argv=None) -> None:
     args.work_dir = args.work_dir.resolve()
     if args.steps < 2:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
-    build = subprocess.run([sys.executable, "-m", "recipe_dapo.cpu.assets", "--task", "chain", "--out",
-                            str(args.assets or args.work_dir / "assets")], capture_output=True, text=True, check=True)
-    assets = dict(line.split("=", 1) for line in build.stdout.splitlines() if line.split("=", 1)[0] in
-                  ("MODEL_PATH", "TRAIN_FILE", "VAL_FILE"))
-
-    results: dict[str, list[dict]] = {arm: [] for arm in args.arms}
-    failures: list[str] = []
-    for repeat in range(args.repeats):
-        order = args.arms[repeat % len(args.arms):] + args.arms[: repeat % len(args.arms)]
-        for arm in order:
-            try:
-                result = run_arm(arm, repeat, args, assets)
-            except (RuntimeError, subprocess.TimeoutExpired) as error:
-                print(f"repeat {repeat} {arm}: FAILED: {error}", flush=True)
-                failures.append(f"{arm} repeat {repeat}")
-                continue
-            results[arm].append(result)
-            print(f"repeat {repeat} {arm}: " + ", ".join(f"{k}={v:.3f}" for k, v in result.items()), flush=True)
+    assets = built_assets(args.assets or args.work_dir / "assets", "--task", "chain")
+    results, failures = interleaved(args.arms, args.repeats, lambda arm, repeat: run_arm(arm, repeat, args, assets))
     headline = report(results, failures)
     print(f"RESULT cpu_step_ratio={headline['cpu_step_ratio']:.3f} gen_over_ideal={headline['gen_over_ideal']:.3f} "
           f"length_ks={headline['length_ks']:.3f} failed_repeats={len(failures)}")

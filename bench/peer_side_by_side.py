@@ -213,6 +213,14 @@ def run_arm(arm: str, repeat: int, args, assets: dict) -> dict:
         command = [sys.executable, __file__, "--run-verl-v1", *overrides, *VERL_V1]
     else:
         command = [sys.executable, __file__, "--run-verl-v1-fast-poll", *overrides, *VERL_V1]
+    steps, peak, wall_s = run_logged(command, run_dir, metrics_file, args.timeout, arm)
+    return summarize(arm, steps, args, peak, wall_s)
+
+
+def run_logged(command: list[str], run_dir: Path, metrics_file: Path, timeout: float, label: str):
+    """``command`` in its own process session and local Ray under ``nice``, logging to ``run_dir``/train.log and its
+    metrics to ``metrics_file``; its steps (step, metrics) with a step time, its peak PSS (bytes) and its wall seconds.
+    A non-zero exit raises RuntimeError naming ``label`` and the log."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", VERL_FILE_LOGGER_PATH=str(metrics_file))
     env.pop("RAY_ADDRESS", None)
     peak = [0]
@@ -229,17 +237,17 @@ def run_arm(arm: str, repeat: int, args, assets: dict) -> dict:
         sampler = threading.Thread(target=sample_memory, daemon=True)
         sampler.start()
         try:
-            returncode = process.wait(timeout=args.timeout)
+            returncode = process.wait(timeout=timeout)
         finally:
             done.set()
             sampler.join()
             end_session(process.pid)
     if returncode != 0:
-        raise RuntimeError(f"{arm} failed with exit status {returncode}; see {run_dir / 'train.log'}")
+        raise RuntimeError(f"{label} failed with exit status {returncode}; see {run_dir / 'train.log'}")
     from recipe_dapo.tracking.run_log import read_metrics
 
     steps = [(step, data) for step, data in sorted(read_metrics(metrics_file).items()) if "timing_s/step" in data]
-    return summarize(arm, steps, args, peak[0], time.time() - start)
+    return steps, peak[0], time.time() - start
 
 
 def summarize(arm: str, steps: list[tuple[int, dict]], args, peak_pss: int, wall_s: float) -> dict:
@@ -354,27 +362,46 @@ def main(argv=None) -> None:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
     args.overrides = [*args.overrides, f"data.train_batch_size={args.train_batch_size}"]
 
-    build = subprocess.run([sys.executable, "-m", "recipe_dapo.cpu.assets", "--out", str(args.work_dir / "assets")],
-                           capture_output=True, text=True, check=True)
-    assets = dict(line.split("=", 1) for line in build.stdout.splitlines() if line.split("=", 1)[0] in
-                  ("MODEL_PATH", "TRAIN_FILE", "VAL_FILE"))
+    assets = built_assets(args.work_dir / "assets")
 
-    results: dict[str, list[dict]] = {arm: [] for arm in args.arms}
+    def so_far(results, repeats_done, failures):  # the figures so far, in case the run is cut short
+        report({arm: runs for arm, runs in results.items() if runs}, args, repeats_done, failures)
+
+    results, failures = interleaved(args.arms, args.repeats, lambda arm, repeat: run_arm(arm, repeat, args, assets),
+                                    so_far)
+    sys.exit(finish(results, args, failures))
+
+
+def built_assets(out: Path, *task: str) -> dict[str, str]:
+    """The default run's inputs in ``out`` (built once, reused after): MODEL_PATH, TRAIN_FILE and VAL_FILE."""
+    build = subprocess.run([sys.executable, "-m", "recipe_dapo.cpu.assets", *task, "--out", str(out)],
+                           capture_output=True, text=True, check=True)
+    return dict(line.split("=", 1) for line in build.stdout.splitlines() if line.split("=", 1)[0] in
+                ("MODEL_PATH", "TRAIN_FILE", "VAL_FILE"))
+
+
+def interleaved(arms: list[str], repeats: int, run_one, after_repeat=None) -> tuple[dict[str, list[dict]], list[str]]:
+    """``run_one(arm, repeat)`` for every arm in every repeat, the arms in rotated order (the machine is shared and
+    noisy); a failed arm is printed and listed, the others' figures kept. ``after_repeat(results, repeats_done,
+    failures)`` after each repeat but the last."""
+    results: dict[str, list[dict]] = {arm: [] for arm in arms}
     failures: list[str] = []
-    for repeat in range(args.repeats):
-        order = args.arms[repeat % len(args.arms):] + args.arms[: repeat % len(args.arms)]
+    for repeat in range(repeats):
+        order = arms[repeat % len(arms):] + arms[: repeat % len(arms)]
         for arm in order:
             try:
-                result = run_arm(arm, repeat, args, assets)
+                result = run_one(arm, repeat)
             except (RuntimeError, subprocess.TimeoutExpired) as error:  # one arm's failure leaves the others' figures
                 print(f"repeat {repeat} {arm}: FAILED: {error}", flush=True)
                 failures.append(f"{arm} repeat {repeat}")
                 continue
             results[arm].append(result)
-            print(f"repeat {repeat} {arm}: {result}", flush=True)
-        if repeat + 1 < args.repeats:  # the figures so far, in case the run is cut short
-            report({arm: runs for arm, runs in results.items() if runs}, args, repeat + 1, failures)
-    sys.exit(finish(results, args, failures))
+            print(f"repeat {repeat} {arm}: " + ", ".join(f"{key}={value:.3f}" if isinstance(value, float)
+                                                         else f"{key}={value}" for key, value in result.items()),
+                  flush=True)
+        if after_repeat is not None and repeat + 1 < repeats:
+            after_repeat(results, repeat + 1, failures)
+    return results, failures
 
 
 def finish(results: dict[str, list[dict]], args, failures: list[str]) -> int:

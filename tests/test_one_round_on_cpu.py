@@ -105,14 +105,18 @@ class PartialRollouts:
         if not done:
             return None
         self.returned += len(done)
-        qualifies = self.rng.random(len(done)) < self.keep
-        acc = np.concatenate([[1.0, 0.0] * (N // 2) if q else [float(self.rng.random() < 0.5)] * N
-                              for q in qualifies])
+        acc = self.scores(done)
         rows = np.repeat(np.array(done, dtype=object), N)
         lengths = np.repeat([self.truth[uid]["length"] for uid in done], N)
         return ScoredRound(rollouts=rows, group_ids=rows.copy(), metric_values=acc, generated_tokens=int(lengths.sum()),
                            columns={"response_length": lengths, "acc": acc},
                            born_steps=np.repeat([self.truth[uid]["submitted"] for uid in done], N))
+
+    def scores(self, done: list[str]) -> np.ndarray:
+        """The ``n`` accuracies of each finished group: a spread with probability ``keep``, else all the same."""
+        qualifies = self.rng.random(len(done)) < self.keep
+        return np.concatenate([[1.0, 0.0] * (N // 2) if q else [float(self.rng.random() < 0.5)] * N
+                               for q in qualifies])
 
     def release(self, group_ids) -> None:
         pass
@@ -225,21 +229,8 @@ class EasyFirst(PartialRollouts):
     """Short prompts are the easy ones (every response right: the group does not qualify), as in the field: the first
     groups back make the keep rate look far lower than the round's."""
 
-    def poll(self):
-        for prompt in self.running:
-            prompt["left"] -= 1
-            self.truth[prompt["uid"]]["steps"].add(self.step)
-        done = [p["uid"] for p in self.running if p["left"] <= 0]
-        self.running = [p for p in self.running if p["left"] > 0]
-        if not done:
-            return None
-        self.returned += len(done)
-        acc = np.concatenate([[1.0] * N if self.truth[uid]["length"] <= 3 else [1.0, 0.0] * (N // 2) for uid in done])
-        rows = np.repeat(np.array(done, dtype=object), N)
-        lengths = np.repeat([self.truth[uid]["length"] for uid in done], N)
-        return ScoredRound(rollouts=rows, group_ids=rows.copy(), metric_values=acc, generated_tokens=int(lengths.sum()),
-                           columns={"response_length": lengths, "acc": acc},
-                           born_steps=np.repeat([self.truth[uid]["submitted"] for uid in done], N))
+    def scores(self, done: list[str]) -> np.ndarray:
+        return np.concatenate([[1.0] * N if self.truth[uid]["length"] <= 3 else [1.0, 0.0] * (N // 2) for uid in done])
 
 
 def test_the_first_step_does_not_size_refills_on_the_short_easy_groups_that_finish_first(monkeypatch):
