@@ -281,13 +281,15 @@ def test_the_v1_fit_logs_through_the_recipes_tracker_and_puts_verls_globals_back
 # ------------------------------------------------------------------------------------------------ a continuation
 
 
-def test_a_continuation_takes_the_validation_its_metrics_file_has_and_a_fresh_start_validates(tmp_path, monkeypatch,
-                                                                                              capsys):
+def test_a_continuation_takes_the_validation_its_metrics_file_has_and_a_fresh_start_validates(tmp_path, monkeypatch):
     """A run finished at step 3 with a validation there, continued from that checkpoint (more steps): the validation
     before training is the file's, said in one line, not run again. Positive controls: a step the file has no
     validation for, and step 0 (a fresh start over an older file), validate."""
+    import recipe_dapo.tracking.console as console
     from recipe_dapo.tracking.tracker import open_tracking
 
+    said: list[str] = []
+    monkeypatch.setattr(console, "announce", said.append)  # the run's console line
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "metrics.jsonl"))
     config = compose_recipe_config(["trainer.logger=[file]", f"trainer.default_local_dir={tmp_path / 'checkpoints'}"])
     first = open_tracking(config, resumed_step=0, total_steps=3)
@@ -300,7 +302,9 @@ def test_a_continuation_takes_the_validation_its_metrics_file_has_and_a_fresh_st
     run = RecipeRun(config)
     run.tracker = open_tracking(config, resumed_step=3, total_steps=6)
     assert run.logged_validation(3) == {"val-core/chain/acc/mean@4": 0.6, "val-aux/chain/acc/pass@4": 0.8}
-    assert "validation at step 3: in the metrics file already" in capsys.readouterr().out
+    assert said == ["validation at step 3: in the metrics file already (the run this one continues validated there); "
+                    "not run again"]
     assert run.logged_validation(2) == {}
     assert run.logged_validation(0) == {}
+    assert len(said) == 1
     run.tracker.finish()
