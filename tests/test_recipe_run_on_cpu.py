@@ -301,6 +301,7 @@ def test_a_continuation_takes_the_validation_its_metrics_file_has_and_a_fresh_st
 
     run = RecipeRun(config)
     run.tracker = open_tracking(config, resumed_step=3, total_steps=6)
+    said.clear()  # (the tracker's own resume line)
     assert run.logged_validation(3) == {"val-core/chain/acc/mean@4": 0.6, "val-aux/chain/acc/pass@4": 0.8}
     assert said == ["validation at step 3: in the metrics file already (the run this one continues validated there); "
                     "not run again"]
