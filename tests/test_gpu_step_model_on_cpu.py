@@ -126,22 +126,18 @@ def test_overdue_counts_the_prompts_in_flight_that_would_train_too_late():
 
 
 @pytest.mark.parametrize("keep", [0.3, 0.6])
-def test_one_round_never_trains_a_group_later_than_max_staleness_and_the_control_does(keep):
+def test_one_round_never_trains_a_group_later_than_max_staleness(keep):
     """The real one-round mode (one_round=true, max_staleness 1): every trained group was submitted at most one step
-    before, and no group finishes later than that (the step waited for the overdue ones). Positive control: the same
-    run with ``overdue()`` forced to 0 ends its steps at full, so groups finish two or more steps after their
-    submission; the sampler can then only drop the qualifying ones (counted) instead of training them."""
+    before (and some at exactly one: resumed responses are trained), and no group finishes later than that. Here the
+    resumed responses start first and finish before the batch fills, so no step waits for overdue prompts; the wait and
+    its positive control (a stream that never reports them) are exercised by tests/test_one_round_on_cpu.py, whose
+    lengths have a tail long enough to outlast a step twice."""
     world = quick_world(keep)
     records, accounts = model.run_mode("one_round", world, model.QUICK, steps=8)
     assert [r.trained_groups for r in records] == [model.QUICK.train_prompts] * 8
     assert max(r.oldest_age for r in records) <= 1 and max(r.oldest_age for r in records[1:]) == 1
     assert accounts["late_groups"] == 0
-    assert sum(r.after_full_s > 0 for r in records) > 0  # some step did wait for overdue prompts
     assert token_books_balance(accounts)
-    records, accounts = model.run_mode("one_round", world, model.QUICK, steps=8, report_overdue=False)
-    assert all(r.after_full_s == 0 for r in records)  # the control never waits after full
-    late_trained = sum(r.oldest_age > 1 for r in records)
-    assert accounts["late_groups"] > 0 and late_trained + sum(r.dropped_stale for r in records[2:]) > 0
 
 
 def test_keep_rate_settings_and_length_calibration_hold():

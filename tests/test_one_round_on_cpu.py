@@ -233,23 +233,25 @@ class EasyFirst(PartialRollouts):
         return np.concatenate([[1.0] * N if self.truth[uid]["length"] <= 3 else [1.0, 0.0] * (N // 2) for uid in done])
 
 
-def test_the_first_step_does_not_size_refills_on_the_short_easy_groups_that_finish_first(monkeypatch):
+def test_the_first_step_does_not_size_refills_on_the_short_easy_groups_that_finish_first():
     """Step 1 starts from the prior; its first groups back are all-right (not kept). Sized on them, refills balloon;
-    the step submits again only once its round has been judged. Positive controls: a refill sized on the first groups
-    back, or on the first half of the round, submits several times as many prompts."""
-    import recipe_dapo.dynamic_sampling.sampler as sampler_module
+    within a step the sampler sizes with the rate the step began with (the whole round's, once nothing is in flight).
+    Positive control: a sampler that sizes on the estimate as the groups come back submits several times as many."""
 
-    def first_step_prompts() -> int:
-        sampler = DynamicSampler(config())
+    class LiveRate(DynamicSampler):
+        def _round_keep_rate(self, in_flight: int) -> float:
+            return self._keep_rate.value
+
+    def first_step_prompts(sampler_class) -> int:
+        sampler = sampler_class(config())
         stream = EasyFirst(np.random.default_rng(0), keep=0.0, max_staleness=1)
         stream.step = 1
         collect_streaming_step(sampler, stream, 1, drain=False)
         return stream.submitted
 
-    settled = first_step_prompts()
+    settled = first_step_prompts(DynamicSampler)
     # A prompt qualifies when it is longer than 3 polls: P(pareto(1.2) >= 1) = 2 ** -1.2 = 0.44, so 32 groups need
-    # about 73 prompts; the round sized on the prior and one top-up sized on the round stay near that.
-    assert settled <= 3 * 32, settled
-    for early in (0.0, 0.5):  # sized on the first groups back, or on the first half of the round
-        monkeypatch.setattr(sampler_module, "ONE_ROUND_SETTLE", early)
-        assert first_step_prompts() >= 2 * settled, early
+    # about 73 prompts: the round sized on the prior and its top-ups stay within 128 (about 20 of them still in flight
+    # when the batch fills, which carry over); sized on the live estimate, 566-869 over seeds 0-3.
+    assert settled <= 4 * 32, settled
+    assert first_step_prompts(LiveRate) >= 3 * settled

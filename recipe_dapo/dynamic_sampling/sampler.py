@@ -96,12 +96,6 @@ class _Totals:
     partial_steps: int = 0
 
 
-ONE_ROUND_SETTLE = 1.0
-"""``one_round``: a step submits again only once this share of the prompts it submitted has been judged and the batch
-is still short: a top-up is sized on the whole round's keep rate. The first groups to finish are the short, easy ones,
-and a keep rate read from them (or from the first half of the round) sizes a refill many times too large."""
-
-
 class DynamicSampler:
     """Decides which groups a training step uses and how many prompts each round generates."""
 
@@ -117,6 +111,7 @@ class DynamicSampler:
         )
         self._pool = GroupBuffer(ops)
         self._keep_rate = KeepRateEstimate(prior=config.keep_rate_prior)
+        self._step_keep_rate = self._keep_rate.value
         self._totals = _Totals()
         self._tally = _StepTally()
         self._open_step: Optional[int] = None
@@ -188,18 +183,14 @@ class DynamicSampler:
         self._require_open_step("prompts_to_dispatch")
         if self.config.one_round:
             # What is unfinished at the end is aborted and resumes next step, not drained into the pool: no room cap.
-            # After the step's first submission, another only when what is in flight is no longer expected to fill
-            # the batch (each submission waits for its own longest response).
+            # Within the step the keep rate is the one the step began with: the first groups back are the short, easy
+            # ones (often all right, not kept), and a rate read from them sizes refills many times too large. Once
+            # nothing is in flight the whole round has been judged, and the updated estimate sizes the top-up.
             missing = self.config.train_batch_size - self._pool.num_groups
-            keep_rate = self._keep_rate.value if self.config.enable else 1.0
-            if self._tally.dispatched_prompts:
-                if in_flight * keep_rate >= missing:
-                    return 0
-                # The first groups back are the short, easy ones: a keep rate read from them would size a refill many
-                # times too large. A top-up only once ONE_ROUND_SETTLE of what this step submitted has been judged.
-                if in_flight and self._tally.generated_groups < ONE_ROUND_SETTLE * self._tally.dispatched_prompts:
-                    return 0
-            return one_round_prompts(self.config, missing, in_flight, self._keep_rate.value, self._prompts_used())
+            keep_rate = self._round_keep_rate(in_flight)
+            if self._tally.dispatched_prompts and in_flight * (keep_rate if self.config.enable else 1.0) >= missing:
+                return 0  # another submission only when what is in flight is no longer expected to fill the batch
+            return one_round_prompts(self.config, missing, in_flight, keep_rate, self._prompts_used())
         keep_rate = self._keep_rate.value if self.config.enable else 1.0
         expected = self._pool.num_groups + in_flight * max(keep_rate, MIN_KEEP_RATE)
         missing = math.ceil(self.config.train_batch_size - expected - 1e-9)
@@ -212,6 +203,10 @@ class DynamicSampler:
             # train_batch_size * max_staleness, which the config keeps >= prompt_granularity: the step always moves.
             prompts = room - room % self.config.prompt_granularity
         return max(prompts, 0)
+
+    def _round_keep_rate(self, in_flight: int) -> float:
+        """``one_round``: the keep rate a submission is sized with (``prompts_to_dispatch``)."""
+        return self._keep_rate.value if in_flight == 0 else self._step_keep_rate
 
     def dispatch_room(self, in_flight: int) -> Optional[int]:
         """Streaming sources: the most prompts that may still be submitted so that no qualifying group can be lost.
@@ -290,6 +285,7 @@ class DynamicSampler:
         if self.skipper is not None:
             self.skipper.begin_step()
         self._keep_rate.start_step(self.config.keep_rate_decay)
+        self._step_keep_rate = self._keep_rate.value  # one_round: the rate the step sizes its round with
         # Nothing is this old in a run that went step by step (the step that made it so dropped it), but a pool
         # restored from a checkpoint written by an older version, or steps that jump, may hold such groups.
         self._drop_stale(born_before=step - self.config.max_staleness)
