@@ -6,7 +6,8 @@ The fixture tests/fixtures/metrics_cpu_run.jsonl is the metrics file of a real 6
         trainer.total_training_steps=6 trainer.test_freq=3
     sed 1d /tmp/report_run/recipe_dapo/dapo_cpu.jsonl > tests/fixtures/metrics_cpu_run.jsonl
 
-(the chain-arithmetic default task, float32 training, the behaviour-policy correction's policy_lag metrics; the first
+(the chain-arithmetic default task, float32 training, the behaviour-policy correction's policy_lag metrics, the
+selection metrics; the first
 line, the validation before training at step 0, left out, as the run had it before validating first)
 (validation at steps 3 and 6, dapo loss, dynamic sampling; no overlong filter, so overlong/filtered_ratio is absent).
 """
