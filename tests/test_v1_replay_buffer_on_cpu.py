@@ -179,6 +179,8 @@ def test_checkpoint_round_trip_puts_the_pooled_trajectories_back(transfer_queue)
     values = tq.kv_batch_get(keys=second.keys, partition_id="train", select_fields=["responses"])
     assert [int(row.shape[0]) for row in values["responses"].unbind()][:N] == [5, 6, 7, 8]
     assert len(rollouts.submitted) == 1
+    # The restored groups' correctness came back with them: what the step trained is measured (selection/*).
+    assert metrics["selection/trained_solve_rate"] == 0.5 and metrics["selection/trained_length_mean"] == 6.5
 
 
 class StallingRollouts(ScriptedRollouts):

@@ -342,13 +342,14 @@ class DAPOReplayBuffer(ReplayBuffer):
     # ---------------------------------------------------------------- checkpoints
 
     def state_dict(self) -> dict:
-        """The sampler, the pooled groups' tags and, in sync mode (where verl saves no TransferQueue), their
-        trajectories."""
+        """The sampler, the pooled groups' tags and correctness (``selection`` metrics) and, in sync mode (where verl saves
+        no TransferQueue), their trajectories."""
         state = self.sampler.state_dict()
         keys = [str(key) for segment in state["pool"] for key in segment["payload"]]
         return {
             "sampler": state,
             "tags": {key: self.groups.tags[key] for key in keys},
+            "solved": {key: self.groups.solved[key] for key in keys if key in self.groups.solved},
             "trajectories": tq.kv_batch_get(keys=keys, partition_id=TRAIN) if keys and self.drain else None,
         }
 
@@ -361,6 +362,7 @@ class DAPOReplayBuffer(ReplayBuffer):
             keys = list(tags)
             tq.kv_batch_put(keys=keys, partition_id=TRAIN, fields=state["trajectories"], tags=[tags[k] for k in keys])
         self.groups.restore(tags)
+        self.groups.solved.update(state.get("solved") or {})  # (a checkpoint from before it was saved: none)
         if not self.drain:
             self.groups.resume_in_flight(restored_in_flight)
             items = (tq.kv_list(TRAIN) or {}).get(TRAIN, {})
