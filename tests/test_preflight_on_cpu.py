@@ -74,6 +74,22 @@ def test_v1_trainer_in_sync_and_colocate_async_modes_passes_and_the_log_says_whi
     )
 
 
+def test_a_kl_to_the_reference_model_is_refused_on_cpu_before_anything_starts(data):
+    """verl 0.9.1 cannot build the reference model on CPU (pinned-memory offload of a forward-only model); without this
+    rule the run fails after its whole start-up. Positive control: the same preset without the KL passes."""
+    from recipe_dapo.preflight.cluster import rule_cpu_reference_model
+
+    cpu = ["platform=cpu", "objective=grpo"]
+    message = refusal(small_run(data, *cpu))
+    assert "actor_rollout_ref.actor.use_kl_loss=true on CPU" in message and "use_kl_loss=false" in message
+    assert "algorithm.use_kl_in_reward=true on CPU" in refusal(small_run(data, "platform=cpu",
+                                                                         "algorithm.use_kl_in_reward=true"))
+    kl_free = compose_recipe_config(small_run(data, *cpu, "actor_rollout_ref.actor.use_kl_loss=false",
+                                              "actor_rollout_ref.actor.kl_loss_coef=0"))
+    assert list(rule_cpu_reference_model(kl_free, None)) == []
+    assert list(rule_cpu_reference_model(compose_recipe_config(small_run(data, "objective=grpo")), None)) == []  # GPU
+
+
 def test_one_round_runs_on_v1_colocate_async_only_and_says_what_to_add_elsewhere(data):
     """Positive control first: the mode passes where it can run (partial rollout), then each trainer that cannot is
     refused naming the two overrides, and a verl off-policy threshold that would drop what the bound keeps."""

@@ -68,11 +68,13 @@ ARMS = {
 }
 """Arm name -> the recipe's ``ablation=`` config (``recipe_dapo/config/ablation/``)."""
 SEEDS = (0, 1, 2)
-SMOKE_OVERRIDES = ("dapo.health.max_steps_all_wrong=0", "objective=grpo_process")
+SMOKE_OVERRIDES = ("dapo.health.max_steps_all_wrong=0", "objective=grpo_process",
+                   "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.kl_loss_coef=0")
 """The smoke's model, warmed up for seconds, answers (almost) nothing right: the run must not stop for a policy that
 scores nothing (``dapo.health.max_steps_all_wrong``), since the smoke checks the pipeline, not learning. It runs with
 process supervision (``objective=grpo_process``: a reward per chain step, so a group whose final answers are all wrong
-still has advantages), which puts the recipe's own advantage estimator through a real launch."""
+still has advantages), which puts the recipe's own advantage estimator through a real launch; without the preset's KL
+to the reference model, which verl 0.9.1 cannot build on CPU (the start-up rules refuse it there)."""
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 from recipe_dapo.preflight.algorithm import rule_algorithm, rule_behaviour_correction, rule_clip, rule_objective
 from recipe_dapo.preflight.base import CheckReport, DAPOConfigError, Rule
 from recipe_dapo.preflight.checkpoints import rule_checkpoint_resume
-from recipe_dapo.preflight.cluster import rule_batch_sizes, rule_cluster_shape, rule_cpu_memory, rule_cpu_seeded_prefill
+from recipe_dapo.preflight.cluster import rule_batch_sizes, rule_cluster_shape, rule_cpu_memory, \
+    rule_cpu_reference_model, rule_cpu_seeded_prefill
 from recipe_dapo.preflight.inputs import rule_data_files, rule_model_path, rule_prompt_lengths
 from recipe_dapo.preflight.memory_rule import rule_memory_plan
 from recipe_dapo.preflight.reward import rule_legacy_keys, rule_reward
@@ -64,6 +65,7 @@ RULES: tuple[Rule, ...] = (
     rule_prompt_keys,
     rule_model_path,
     rule_cpu_memory,
+    rule_cpu_reference_model,
     rule_cpu_seeded_prefill,
     rule_checkpoint_resume,
     rule_memory_plan,

@@ -37,6 +37,23 @@ def rule_cpu_memory(config: DictConfig, report: CheckReport) -> Iterable[str]:
     return problems
 
 
+def rule_cpu_reference_model(config: DictConfig, report: CheckReport) -> Iterable[str]:
+    """On CPU no reference model can be built: verl 0.9.1's FSDP2 engine offloads a forward-only model (the reference)
+    with ``CPUOffloadPolicy(pin_memory=True)``, and pinned memory needs an accelerator; the run would fail after its
+    whole start-up ("Cannot access accelerator device when none is available")."""
+    if str(select(config, "trainer.device", "cuda")) != "cpu":
+        return
+    wanting = [key for key in ("actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward")
+               if select(config, key, False)]
+    if wanting:
+        yield (
+            f"{' and '.join(f'{key}=true' for key in wanting)} on CPU (trainer.device=cpu): the KL needs a reference "
+            "model, which verl 0.9.1's FSDP2 engine builds with pinned-memory CPU offload, and pinned memory needs an "
+            "accelerator (the run would fail after its start-up: \"Cannot access accelerator device when none is "
+            f"available\"); set {' and '.join(f'{key}=false' for key in wanting)} on CPU, or run on a GPU"
+        )
+
+
 def rule_cpu_seeded_prefill(config: DictConfig, report: CheckReport) -> Iterable[str]:
     """On CPU, seeded rollouts need whole prefills: vLLM rewinds the seeded generator of a request it prefilled in
     part (``set_offset``), which a CPU generator does not have, so the first round whose prompts exceed
