@@ -1,13 +1,13 @@
 """The policy objectives on CPU, under DAPO's sampler: does the objective change what the recipe learns?
 
-Arms are the recipe's ``objective=`` presets (``recipe_dapo/config/objective/``, ``docs/objectives.md``) on top of the
-ablation study's DAPO arm (``bench/learning/ablation.py``: ``ablation=none``, the same chain-arithmetic task, tiny model,
-design and seeds; dynamic sampling, overlong shaping and the token-level sampler settings stay DAPO's), everything else
+Arms are the recipe's ``objective=`` presets (``recipe_dapo/config/objective/``, ``docs/objectives.md``) on top of
+the ablation study's DAPO arm (``bench/learning/ablation.py``: ``ablation=none``, the same chain-arithmetic task, tiny
+model, design and seeds; dynamic sampling and overlong shaping stay DAPO's), everything else
 equal, each stopped at the first validation past the same generated-token budget::
 
     grpo          objective=grpo           clip 0.2/0.2, seq-mean-token-mean, std-normalised outcome advantages
     grpo_process  objective=grpo_process   grpo's loss with process-supervised advantages (a reward per chain step)
-    dr_grpo       objective=dr_grpo        seq-mean-token-sum-norm (a constant normaliser), advantages not divided by std
+    dr_grpo       objective=dr_grpo        seq-mean-token-sum-norm (constant normaliser), advantages not / std
     dapo          objective=dapo           the recipe's default: clip 0.2/0.28, token-mean
     clip_cov      objective=clip_cov       DAPO's surrogate, a random share of high-covariance tokens detached
     kl_cov        objective=kl_cov         the unclipped surrogate, a KL penalty on the top-covariance tokens
@@ -19,7 +19,7 @@ builds the reference model with ``CPUOffloadPolicy(pin_memory=True)``, which nee
 accelerator device when none is available"), so those two arms run here without the KL term (``KL_FREE``:
 ``use_kl_loss=false``, ``kl_loss_coef=0``); every other setting is the preset's. The doc says so.
 
-    python bench/learning/objectives.py --budget-tokens 12000     # 6 arms x 3 seeds -> docs/learning/objectives.{json,md}
+    python bench/learning/objectives.py --budget-tokens 12000  # 6 arms x 3 seeds -> docs/learning/objectives.{json,md}
     python bench/learning/objectives.py --summarize-only          # the doc again from the JSON
 
 Per run it records the ablation's figures (validation accuracy at the budget, entropy, clip fractions), the share of
@@ -196,9 +196,9 @@ def render(study: dict) -> str:
                   "is the preset's, so the GRPO comparisons below are between KL-free GRPO variants.", ""]
     lines += ["The correct-line share and the wrong-response length are computed after each run from its dumped "
               "trained rollouts (`trainer.rollout_data_dir`) with the chain step scorer, for every arm alike; lengths "
-              "are the responses' token counts as the reward records them (`response_length`); both are means over the last "
-              f"{TAIL_STEPS} trained steps. The process arm's logged `process/step_right_fraction` (same scorer, "
-              "same batches) is in the every-run table as a check.", "",
+              "are the responses' token counts as the reward records them (`response_length`); both are means over "
+              f"the last {TAIL_STEPS} trained steps. The process arm's logged `process/step_right_fraction` (same "
+              "scorer, same batches) is in the every-run table as a check.", "",
               "Mean and 95% t-interval over the seeds that finished:", "",
               "| arm | runs | " + " | ".join(title for _, title, _ in COLUMNS) + " |",
               "|---|---|" + "---|" * len(COLUMNS)]
@@ -207,8 +207,9 @@ def render(study: dict) -> str:
         cells = [_cell(fmt, interval([r.get(key) for r in arm_runs])) for key, _, fmt in COLUMNS]
         lines.append(f"| {arm} | {len(arm_runs)} | " + " | ".join(cells) + " |")
     lines += ["", "Every run:", "",
-              "| arm | seed | steps | generated tokens | validation at start | validation at the budget | correct lines "
-              "| logged process/step_right_fraction | wrong share | wrong length | response length | entropy | wall s |",
+              "| arm | seed | steps | generated tokens | validation at start | validation at the budget "
+              "| correct lines | logged process/step_right_fraction | wrong share | wrong length | response length "
+              "| entropy | wall s |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["seed"], ARMS.index(r["arm"]))):
         lines.append(
