@@ -87,6 +87,12 @@ def test_summarize_only_renders_the_doc_and_the_result_line(tmp_path, capsys):
     assert "No verdict: 2 paired seeds" not in doc and "No verdict: 0 paired seeds" in doc  # kl_cov
     assert "ran without the preset's KL" in doc
     assert doc.count("| grpo | ") == 4  # the mean table and every run (3 seeds)
+    one = _study([r for r in study["runs"] if r["seed"] == 0])
+    (tmp_path / "objectives.json").write_text(json.dumps(one))
+    assert objectives.main(["--summarize-only", "--docs-dir", str(tmp_path)]) == 0
+    doc = (tmp_path / "objectives.md").read_text()
+    assert "| grpo_process | 1 | 0.600 (one seed: no interval) |" in doc
+    assert "is higher than" not in doc and doc.count("No verdict: 1 paired seed ") == 5
 
 
 def test_arm_overrides_put_the_preset_last_and_drop_the_kl_only_for_the_grpo_presets():

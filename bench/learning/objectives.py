@@ -166,10 +166,12 @@ def _fmt(value, fmt: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
-def _cell(fmt: str, stats) -> str:
+def _cell(fmt: str, stats, n: int = 2) -> str:
     mean, low, high = stats
     if mean is None or math.isnan(mean):
         return "-"
+    if n < 2:
+        return f"{fmt.format(mean)} (one seed: no interval)"
     return f"{fmt.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]"
 
 
@@ -204,7 +206,10 @@ def render(study: dict) -> str:
               "|---|---|" + "---|" * len(COLUMNS)]
     for arm in arm_order(study):
         arm_runs = [r for r in runs if r["arm"] == arm]
-        cells = [_cell(fmt, interval([r.get(key) for r in arm_runs])) for key, _, fmt in COLUMNS]
+        cells = []
+        for key, _, fmt in COLUMNS:
+            values = [r.get(key) for r in arm_runs if r.get(key) is not None]
+            cells.append(_cell(fmt, interval(values), len(values)))
         lines.append(f"| {arm} | {len(arm_runs)} | " + " | ".join(cells) + " |")
     lines += ["", "Every run:", "",
               "| arm | seed | steps | generated tokens | validation at start | validation at the budget "
@@ -230,7 +235,7 @@ def render(study: dict) -> str:
             title = q_title
         diffs, stats = paired(study, key, a, b)
         shown = ", ".join(fmt.format(d) for d in diffs) if diffs else "none"
-        lines += [f"- {what}, {a} - {b}: per seed {shown}; mean {_cell(fmt, stats)}. "
+        lines += [f"- {what}, {a} - {b}: per seed {shown}; mean {_cell(fmt, stats, len(diffs))}. "
                   + verdict(stats, len(diffs), a, b, what), ""]
     if len(seeds_done) < len(study["seeds"]):
         lines += [f"Seeds that finished at least one arm: {', '.join(map(str, seeds_done)) or 'none'} of "
