@@ -24,7 +24,7 @@ def _run(arm: str, seed: int, **figures) -> dict:
 
 
 def _study(runs: list[dict], seeds=(0, 1, 2)) -> dict:
-    return {"design": {"budget_tokens": 12000}, "seeds": list(seeds), "kl_free": ["grpo", "grpo_process"],
+    return {"design": {"budget_tokens": 12000, "test_freq": 2}, "seeds": list(seeds), "kl_free": ["grpo", "grpo_process"],
             "command": "python bench/learning/objectives.py --budget-tokens 12000",
             "wall_s": sum(r["wall_s"] for r in runs), "runs": runs}
 

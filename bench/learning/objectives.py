@@ -201,6 +201,10 @@ def render(study: dict) -> str:
               "are the responses' token counts as the reward records them (`response_length`); both are means over "
               f"the last {TAIL_STEPS} trained steps. The process arm's logged `process/step_right_fraction` (same "
               "scorer, same batches) is in the every-run table as a check.", "",
+              "Clip low / high are `actor/pg_clipfrac_eps_low` / `_eps_high`; verl's `clip_cov` and `kl_cov` losses "
+              "log only `actor/pg_clipfrac`, so their cells are `-`. The budget is checked at validations (every "
+              f"{study['design']['test_freq']} steps), so a run's generated tokens exceed it by up to two steps' worth "
+              "(every-run table).", "",
               "Mean and 95% t-interval over the seeds that finished:", "",
               "| arm | runs | " + " | ".join(title for _, title, _ in COLUMNS) + " |",
               "|---|---|" + "---|" * len(COLUMNS)]
