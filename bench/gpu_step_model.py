@@ -749,7 +749,7 @@ def first_steps_line(records: list[StepRecord], count: int) -> str:
             f" | dropped {join(str(r.dropped_stale) for r in shown)}")
 
 
-def main(argv=None) -> None:
+def _main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a scaled-down system and fewer settings (tests)")
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default 18; quick 8), the first "
@@ -761,7 +761,6 @@ def main(argv=None) -> None:
                         f"mode at the headline keep rates, e.g. {','.join(map(str, CONFIDENCES))}")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    logging.getLogger("recipe_dapo").setLevel(logging.ERROR)  # the paper's discard warns once per run: expected here
     system = QUICK if args.quick else System()
     steps = args.steps or (8 if args.quick else 18)
     warmup = min(3 if args.quick else WARMUP, steps - 1)
@@ -840,6 +839,18 @@ def main(argv=None) -> None:
     print(f"RESULT one_round_over_rounds={ratio('one_round', 'deficit'):.3f} one_round_over_v1={ratio('one_round', 'v1'):.3f} "
           f"gen_over_ideal={mean_of('one_round', 'gen_over_ideal'):.3f} "
           f"trained_length_shift={mean_of('one_round', 'shift'):+.3f}")
+
+
+def main(argv=None):
+    """The command line (``_main``), with the recipe's warnings quiet while it runs: the paper's discard warns once per
+    run, as expected here. The logger's level is put back after (a test calls this in its own process)."""
+    recipe = logging.getLogger("recipe_dapo")
+    level = recipe.level
+    recipe.setLevel(logging.ERROR)
+    try:
+        return _main(argv)
+    finally:
+        recipe.setLevel(level)
 
 
 if __name__ == "__main__":

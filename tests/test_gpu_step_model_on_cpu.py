@@ -27,7 +27,12 @@ LENGTH = 100
 
 @pytest.fixture(autouse=True)
 def _quiet():
-    logging.getLogger("recipe_dapo").setLevel(logging.ERROR)
+    """The sampler's expected warnings (the paper's discard) off during each test, the level put back after."""
+    recipe = logging.getLogger("recipe_dapo")
+    level = recipe.level
+    recipe.setLevel(logging.ERROR)
+    yield
+    recipe.setLevel(level)
 
 
 def half_qualify_world() -> model.World:
