@@ -293,6 +293,53 @@ def run_record(arm: str, seed: int, run_dir: Path, design: Design) -> dict:
     }
 
 
+def arm_study(name: str, doc: str, argv: list[str] | None, arms, default_arms, default_budget: int, extra_for,
+              record_for, render, result_line, describe) -> int:
+    """The command line of a study whose arms are the ablation's DAPO run with overrides
+    (``bench/learning/<name>.py``): ``--seeds``, ``--arms``, ``--work-dir``, ``--docs-dir``, ``--budget-tokens``,
+    ``--summarize-only``. Seed-major (a stopped study holds whole seeds); after every run ``<name>.json`` and
+    ``<name>.md`` are rewritten. ``extra_for(arm, run_dir)`` gives an arm's overrides, ``record_for(run_dir, steps)``
+    the study's own figures of a run, ``describe(arms)`` what the JSON records of the arms chosen (``{"arms": ...}``
+    and any other entries). Prints the doc and ``result_line(study)``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser.add_argument("--arms", nargs="+", default=list(default_arms), choices=list(arms))
+    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / name)
+    parser.add_argument("--docs-dir", type=Path, default=ROOT / "docs" / "learning")
+    parser.add_argument("--budget-tokens", type=int, default=default_budget)
+    parser.add_argument("--summarize-only", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    json_path, doc_path = args.docs_dir / f"{name}.json", args.docs_dir / f"{name}.md"
+    if args.summarize_only:
+        study = json.loads(json_path.read_text())
+    else:
+        design = replace(Design(), budget_tokens=args.budget_tokens)
+        work_dir = args.work_dir.resolve()
+        assets = build_assets(design, work_dir / "assets")
+        study = {"design": asdict(design), "model_sha256": model_sha256(assets), **describe(args.arms),
+                 "seeds": args.seeds,
+                 "command": f"python bench/learning/{name}.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
+                 "wall_s": 0.0, "runs": []}
+        for seed in args.seeds:
+            for arm in args.arms:
+                run_name = f"{arm}_s{seed}"
+                run_dir = train("dapo", seed, design, assets, work_dir, design.budget_tokens, design.max_steps,
+                                name=run_name, extra=extra_for(arm, work_dir / run_name))
+                record = run_record("dapo", seed, run_dir, design)
+                record.update(arm=arm, **record_for(run_dir, record["steps"]))
+                record.pop("curves"), record.pop("validation")
+                study["runs"].append(record)
+                study["wall_s"] = round(sum(r["wall_s"] for r in study["runs"]), 1)
+                json_path.parent.mkdir(parents=True, exist_ok=True)
+                json_path.write_text(json.dumps(study, indent=1) + "\n")
+                doc_path.write_text(render(study))
+    doc_path.write_text(render(study))
+    print(render(study))
+    print(result_line(study))
+    return 0
+
+
 def model_sha256(assets: dict[str, str]) -> str | None:
     """The warmed-up model's sha256, as the assets' manifest records it."""
     manifest = Path(assets["model_path"]).parent / "manifest.json"

@@ -19,12 +19,8 @@ per seed (same seed, same prompts until the runs part). The last line is ``RESUL
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import shlex
 import sys
-from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -152,42 +148,9 @@ def result_line(study: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(ablation.SEEDS))
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "behaviour_correction")
-    parser.add_argument("--docs-dir", type=Path, default=ROOT / "docs" / "learning")
-    parser.add_argument("--budget-tokens", type=int, default=DEFAULT_BUDGET)
-    parser.add_argument("--summarize-only", action="store_true")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    json_path = args.docs_dir / "behaviour_correction.json"
-    if args.summarize_only:
-        study = json.loads(json_path.read_text())
-    else:
-        design = replace(ablation.Design(), budget_tokens=args.budget_tokens)
-        work_dir = args.work_dir.resolve()
-        assets = ablation.build_assets(design, work_dir / "assets")
-        study = {"design": asdict(design), "model_sha256": ablation.model_sha256(assets),
-                 "arms": {arm: list(extra) for arm, extra in ARMS.items()}, "seeds": args.seeds,
-                 "command": "python bench/learning/behaviour_correction.py "
-                            + shlex.join(argv if argv is not None else sys.argv[1:]),
-                 "wall_s": 0.0, "runs": []}
-        for seed in args.seeds:  # seed-major: a stopped study holds whole seeds
-            for arm in args.arms:
-                run_dir = ablation.train("dapo", seed, design, assets, work_dir, design.budget_tokens,
-                                         design.max_steps, name=f"{arm}_s{seed}", extra=ARMS[arm])
-                record = ablation.run_record("dapo", seed, run_dir, design)
-                record.update(arm=arm, **lag_record(run_dir, record["steps"]))
-                record.pop("curves"), record.pop("validation")
-                study["runs"].append(record)
-                study["wall_s"] = round(sum(r["wall_s"] for r in study["runs"]), 1)
-                json_path.parent.mkdir(parents=True, exist_ok=True)
-                json_path.write_text(json.dumps(study, indent=1) + "\n")
-    (args.docs_dir / "behaviour_correction.md").write_text(render(study))
-    print(render(study))
-    print(result_line(study))
-    return 0
+    return ablation.arm_study("behaviour_correction", __doc__, argv, ARMS, ARMS, DEFAULT_BUDGET, lambda arm, run_dir: ARMS[arm],
+                              lag_record, render, result_line,
+                              lambda arms: {"arms": {arm: list(extra) for arm, extra in ARMS.items()}})
 
 
 if __name__ == "__main__":

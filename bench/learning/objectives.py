@@ -33,13 +33,10 @@ differences per seed (same seed, same prompts until the runs part) for the three
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
-import shlex
 import sys
-from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -265,46 +262,15 @@ def result_line(study: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(ablation.SEEDS))
-    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=list(ARMS))
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "objectives")
-    parser.add_argument("--docs-dir", type=Path, default=ROOT / "docs" / "learning")
-    parser.add_argument("--budget-tokens", type=int, default=DEFAULT_BUDGET)
-    parser.add_argument("--summarize-only", action="store_true")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    json_path = args.docs_dir / "objectives.json"
-    if args.summarize_only:
-        study = json.loads(json_path.read_text())
-    else:
-        design = replace(ablation.Design(), budget_tokens=args.budget_tokens)
-        work_dir = args.work_dir.resolve()
-        assets = ablation.build_assets(design, work_dir / "assets")
-        study = {"design": asdict(design), "model_sha256": ablation.model_sha256(assets),
-                 "arms": {arm: list(arm_overrides(arm, Path("<run_dir>"))) for arm in args.arms},
-                 "kl_free": sorted(KL_FREE & set(args.arms)), "seeds": args.seeds,
-                 "command": "python bench/learning/objectives.py "
-                            + shlex.join(argv if argv is not None else sys.argv[1:]),
-                 "wall_s": 0.0, "runs": []}
-        for seed in args.seeds:  # seed-major: a stopped study holds whole seeds
-            for arm in args.arms:
-                name = f"{arm}_s{seed}"
-                run_dir = ablation.train("dapo", seed, design, assets, work_dir, design.budget_tokens,
-                                         design.max_steps, name=name, extra=arm_overrides(arm, work_dir / name))
-                record = ablation.run_record("dapo", seed, run_dir, design)
-                record.update(arm=arm, process_logged=logged_process(run_dir, record["steps"]),
-                              **rollout_record(run_dir, record["steps"]))
-                record.pop("curves"), record.pop("validation")
-                study["runs"].append(record)
-                study["wall_s"] = round(sum(r["wall_s"] for r in study["runs"]), 1)
-                json_path.parent.mkdir(parents=True, exist_ok=True)
-                json_path.write_text(json.dumps(study, indent=1) + "\n")
-                (args.docs_dir / "objectives.md").write_text(render(study))
-    (args.docs_dir / "objectives.md").write_text(render(study))
-    print(render(study))
-    print(result_line(study))
-    return 0
+    def record_for(run_dir: Path, steps: int) -> dict:
+        return {"process_logged": logged_process(run_dir, steps), **rollout_record(run_dir, steps)}
+
+    def describe(arms) -> dict:
+        return {"arms": {arm: list(arm_overrides(arm, Path("<run_dir>"))) for arm in arms},
+                "kl_free": sorted(KL_FREE & set(arms))}
+
+    return ablation.arm_study("objectives", __doc__, argv, ARMS, DEFAULT_ARMS, DEFAULT_BUDGET, arm_overrides, record_for, render,
+                              result_line, describe)
 
 
 if __name__ == "__main__":
