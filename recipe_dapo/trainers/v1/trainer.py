@@ -33,7 +33,7 @@ from recipe_dapo.compat.verl import v1_tracking
 from recipe_dapo.overlong import TRUNCATED_COLUMN
 from recipe_dapo.policy_lag import row_lags
 from recipe_dapo.run.recipe_run import RecipeRun
-from recipe_dapo.run.rollout_health import StallWatch
+from recipe_dapo.run.rollout_health import RolloutDied, StallWatch, is_fatal, summarize_error
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.adapter import HoldsRecipeRun
 from recipe_dapo.trainers.table import v1_entry
@@ -212,6 +212,17 @@ class _DAPOOnV1(HoldsRecipeRun):
         if start is not None:
             self.replay_buffer.rewind(start["replay_buffer"])
             self.train_dataloader.load_state_dict(start["dataloader"])
+
+    def on_sample_end(self):
+        """verl's (colocate_async: abort what is still generating, then sleep the replicas); a rollout found dead there
+        is ``RolloutDied`` naming it, as the sampler's stream and the liveness probe name one."""
+        try:
+            super().on_sample_end()
+        except Exception as error:
+            if not is_fatal(error):
+                raise
+            raise RolloutDied(f"rollout died at step {self.global_steps} while its generation was stopped: "
+                              f"{summarize_error(error)}") from error
 
     def _validate(self, *args, **kwargs):
         if self.stopped_by:  # pre-empted: the time is the checkpoint's
