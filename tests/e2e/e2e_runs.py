@@ -258,6 +258,37 @@ def _resumed_after_step_1(copied: Path, work_dir: Path, assets: dict, trainer: s
     return folder, run
 
 
+ENGINE_HOLD_S = 1.5
+"""How long ``sigterm_in_generation`` holds the engines still before the signal, and after it: enough for the trainer
+to leave the step it logged and enter the next one's generation, then to read its stop flag (every 0.25 s,
+``recipe_dapo.run.preemption.GIVE_UP_POLL_S``), on a loaded machine; far below the liveness probe's 10 s."""
+
+
+def sigterm_in_generation(run: "Launch") -> None:
+    """SIGTERM to the launch's process group while its next step generates, whatever the machine's load: the step
+    logged on the console (the caller waited for it), the launch's vLLM engine processes are stopped (SIGSTOP), so no
+    response of the next step can finish; the signal goes once the trainer had time to enter that step's generation,
+    and the engines go on once it had time to read its flag. Without the hold a step whose generation is short (its
+    batch half filled by the groups the last step carried over) can finish before the flag is read on a busy machine
+    (seen in CI: the step trained, and the run stopped after it)."""
+    import psutil
+
+    engines = run.descendants_named("EngineCore")
+    assert engines, f"no vLLM EngineCore process under the driver:\n{run.console()[-4000:]}"
+    for engine in engines:
+        engine.suspend()
+    try:
+        time.sleep(ENGINE_HOLD_S)
+        os.killpg(run.process.pid, signal.SIGTERM)  # the launch is a process group of its own, led by the driver
+        time.sleep(ENGINE_HOLD_S)
+    finally:
+        for engine in engines:
+            try:
+                engine.resume()
+            except psutil.Error:  # (it ended with the signal)
+                pass
+
+
 @acting_on("classic")
 def classic_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
     """The classic run resumed from step 1 (its settings without scheduled saves and validation, 4 steps), SIGTERM to
@@ -266,7 +297,7 @@ def classic_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
         copied, work_dir, assets, "classic", "trainer.total_training_steps=4", "trainer.test_freq=-1",
         "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", "trainer.rollout_data_dir=rollouts",
         until="step 2/4", log_name="signalled.log")
-    os.killpg(run.process.pid, signal.SIGTERM)  # the launch is a process group of its own, led by the driver
+    sigterm_in_generation(run)
     returncode, took = run.end()
     return Acted(folder, returncode, took, run.console())
 
@@ -278,7 +309,7 @@ def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
     folder, run = _resumed_after_step_1(
         copied, work_dir, assets, "v1", "trainer.total_training_steps=4", "trainer.test_freq=-1",
         "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", until="step 2/4", log_name="signalled.log")
-    os.killpg(run.process.pid, signal.SIGTERM)
+    sigterm_in_generation(run)
     returncode, took = run.end()
     return Acted(folder, returncode, took, run.console())
 
