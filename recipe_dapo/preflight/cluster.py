@@ -40,7 +40,9 @@ def rule_cpu_memory(config: DictConfig, report: CheckReport) -> Iterable[str]:
 def rule_cpu_reference_model(config: DictConfig, report: CheckReport) -> Iterable[str]:
     """On CPU no reference model can be built: verl 0.9.1's FSDP2 engine offloads a forward-only model (the reference)
     with ``CPUOffloadPolicy(pin_memory=True)``, and pinned memory needs an accelerator; the run would fail after its
-    whole start-up ("Cannot access accelerator device when none is available")."""
+    whole start-up ("Cannot access accelerator device when none is available"). FSDP1 for the reference
+    (``actor_rollout_ref.ref.strategy=fsdp``) fails there too: verl builds it with ``sync_module_states=True``, which
+    torch refuses for parameters on the CPU ("requires them to be on GPU")."""
     if str(select(config, "trainer.device", "cuda")) != "cpu":
         return
     wanting = [key for key in ("actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward")
