@@ -172,8 +172,10 @@ def process_batch(tokenizer, responses: list[str], eos: list[bool]):
     """A batch as the trainer holds it at the advantage step: left-padded prompts, right-padded responses."""
     from verl import DataProto
 
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": QUESTION}], tokenize=False,
-                                           add_generation_prompt=True)
+    from recipe_dapo.data.template import apply_dapo_template
+
+    chat = [{"role": "user", "content": apply_dapo_template(QUESTION)}]
+    prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     encoded = [tokenizer.encode(text, add_special_tokens=False) + ([tokenizer.eos_token_id] if end else [])
                for text, end in zip(responses, eos)]
@@ -187,7 +189,7 @@ def process_batch(tokenizer, responses: list[str], eos: list[bool]):
     prompts = torch.tensor([prompt_ids] * rows)
     raw_prompt = np.empty(rows, dtype=object)
     for row in range(rows):
-        raw_prompt[row] = [{"role": "user", "content": QUESTION}]
+        raw_prompt[row] = chat
     return DataProto.from_dict(
         tensors={"prompts": prompts, "responses": response_ids, "response_mask": response_mask,
                  "attention_mask": torch.cat([torch.ones_like(prompts), response_mask], -1),
@@ -211,7 +213,7 @@ def test_the_hook_puts_each_steps_probability_on_its_last_token(classifier):
 
     rewards = batch.batch["token_level_rewards"]
     for row, text in enumerate(responses):
-        expected = scorer(QUESTION, text)  # the question comes from raw_prompt, not the templated prompt
+        expected = scorer(QUESTION, text)  # the bare problem: raw_prompt's user message, its template taken off
         ends = rewards[row].nonzero().flatten().tolist()
         assert len(ends) == len(expected), row
         decoded = [actor_tokenizer.decode(batch.batch["responses"][row, : token + 1].tolist()) for token in ends]
@@ -384,7 +386,8 @@ def test_platform_cpu_is_refused():
     ("overrides", "named"),
     [
         (["dapo.objective.prm.separator='<extra_9>'"], "dapo.objective.prm.separator='<extra_9>' is"),
-        (["dapo.objective.prm.form=token", "dapo.objective.prm.good_token=plus minus"], "dapo.objective.prm.good_token"),
+        (["dapo.objective.prm.form=token", "dapo.objective.prm.good_token=plus minus"],
+         "dapo.objective.prm.good_token"),
         (["dapo.objective.prm.good_label=2"], "dapo.objective.prm.good_label=2"),
     ],
 )

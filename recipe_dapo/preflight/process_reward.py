@@ -57,8 +57,8 @@ def rule_process_reward_model(config: DictConfig, report: CheckReport) -> Iterab
     engine = select(config, f"{RM}.rollout.name", None)
     if engine != "vllm":
         yield (
-            f"dapo.objective.step_scorer=prm with {RM}.rollout.name={engine or 'unset'}: the steps are scored with vLLM's "
-            f"token-level pooling (POST /pooling, task token_classify); set {RM}.rollout.name=vllm"
+            f"dapo.objective.step_scorer=prm with {RM}.rollout.name={engine or 'unset'}: the steps are scored with "
+            f"vLLM's token-level pooling (POST /pooling, task token_classify); set {RM}.rollout.name=vllm"
         )
     if select(config, f"{RM}.enable", False) and not select(config, "reward.custom_reward_function.path", None):
         yield (

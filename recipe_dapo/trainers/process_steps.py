@@ -7,11 +7,11 @@ concatenated pieces are the text the scorer reads (exact for the ASCII of the ch
 splits a multi-byte character decodes to a replacement character there, which shifts nothing but that character).
 
 A scorer with ``score_batch`` (``prm``, :class:`recipe_dapo.advantages.prm.ProcessRewardModelScorer`) scores the
-whole batch in few model calls and reads the question (the last user message of verl's ``raw_prompt``; the decoded
-prompt where there is none) rather than the templated prompt. :func:`build_step_scorer` makes the configured
-scorer; for ``prm`` it asks the model verl serves as its reward model (``reward.reward_model``), through verl's
-reward router, and :func:`served_model_awake` wakes that model for the scoring when verl keeps it asleep between
-uses (``reward.reward_model.rollout.free_cache_engine``), as verl's own reward-model scoring does.
+whole batch in few model calls and reads the question (the last user message of verl's ``raw_prompt`` without the
+DAPO template; the decoded prompt where there is none) rather than the templated prompt. :func:`build_step_scorer`
+makes the configured scorer; for ``prm`` it asks the model verl serves as its reward model (``reward.reward_model``),
+through verl's reward router, and :func:`served_model_awake` wakes that model for the scoring when verl keeps it
+asleep between uses (``reward.reward_model.rollout.free_cache_engine``), as verl's own reward-model scoring does.
 """
 
 from __future__ import annotations
@@ -71,12 +71,15 @@ def served_model_awake(reward_loop_manager: Any) -> Iterator[None]:
 
 
 def question_of(raw_prompt: Any) -> str | None:
-    """The last user message of a chat (verl's ``raw_prompt``), or None."""
+    """The problem a chat asks (verl's ``raw_prompt``): its last user message, without the DAPO template
+    (``recipe_dapo.data.template``), or None."""
+    from recipe_dapo.data.template import strip_dapo_template
+
     if raw_prompt is None or isinstance(raw_prompt, str):
-        return raw_prompt
+        return raw_prompt if raw_prompt is None else strip_dapo_template(raw_prompt)
     for message in reversed(list(raw_prompt)):
         if isinstance(message, dict) and message.get("role") == "user" and isinstance(message.get("content"), str):
-            return message["content"]
+            return strip_dapo_template(message["content"])
     return None
 
 
