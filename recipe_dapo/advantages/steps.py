@@ -8,7 +8,9 @@ given each response's tokens as text (a step ends at the token that holds its la
 
 The scorers (``recipe_dapo.advantages.STEP_SCORERS``; ``recipe_dapo.trainers.process_steps`` maps each name to its
 function): ``chain_rule``, the CPU task's chain arithmetic, each line's operation checked
-(``recipe_dapo.cpu.chain_task.score_response``), +1 right, -1 wrong.
+(``recipe_dapo.cpu.chain_task.score_response``), +1 right, -1 wrong; ``prm``, a process reward model, the
+probability that each step is good (``recipe_dapo.advantages.prm``; it reads the question, the user's message, as
+its prompt, and scores a batch of responses at once with ``score_batch``).
 
 A step's reward must never be exactly 0: verl hands a registered estimator only ``token_level_rewards``, and
 ``recipe_dapo.advantages.estimator`` reads a non-zero reward as a step end.

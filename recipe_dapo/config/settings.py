@@ -172,13 +172,54 @@ class NameSettings:
 
 
 @dataclass
+class ProcessRewardModelSettings:
+    """``dapo.objective.prm``: the process reward model that scores each step with ``dapo.objective.step_scorer=prm``.
+    The model is verl's served reward model (``reward.reward_model.*``: ``enable=true``, ``model_path``, vLLM);
+    ``recipe_dapo.advantages.prm`` builds its inputs and reads its scores."""
+
+    form: str = "classification"
+    """How the model scores a step at its separator: ``classification``, a two-label token-classification head (the
+    probability of label ``good_label``; Qwen2.5-Math-PRM), or ``token``, a language-model head (the probability of
+    ``good_token`` against ``bad_token``; Math-Shepherd)."""
+    separator: str = "<extra_0>"
+    """Inserted after every step; the model scores the step at this token, which must be one token of the model's
+    tokenizer (Qwen2.5-Math-PRM: ``<extra_0>``; Math-Shepherd: ``ки``)."""
+    step_delimiter: str = "\\n"
+    """Where a response is cut into steps, written with escapes (``\\n``: a line break): each non-blank piece between
+    two delimiters is a step (the chain scorer's lines; Qwen2.5-Math-PRM's card cuts on a blank line, ``\\n\\n``)."""
+    chat_template: bool = True
+    """Build the model's input with its tokenizer's chat template (the question as the user's message, the steps,
+    each followed by the separator, as the assistant's); false: ``question``, a newline, then each step followed by
+    the separator and a newline."""
+    system_prompt: Optional[str] = None
+    """With ``chat_template``: a system message first (Qwen2.5-Math-PRM's card: ``Please reason step by step, and put
+    your final answer within \\boxed{}.``); null: none."""
+    good_label: int = 1
+    """``form=classification``: the label whose probability is a step's reward."""
+    good_token: str = "+"
+    """``form=token``: the token whose probability (against ``bad_token``) is a step's reward."""
+    bad_token: str = "-"
+    """``form=token``: the other token of the pair."""
+    max_length: Optional[int] = None
+    """Tokens of a model input at most (null: no cut); a longer input is cut at its end and the steps whose separator
+    was cut get no reward."""
+    batch_size: int = 64
+    """Responses per request to the served model."""
+    timeout_s: float = 300.0
+    """Seconds one request to the served model may take before the step fails the run."""
+
+
+@dataclass
 class ObjectiveSettings:
     """``dapo.objective``: what a policy objective needs beyond verl's keys (the ``objective=`` group sets those)."""
 
     step_scorer: str = "chain_rule"
     """With ``algorithm.adv_estimator=grpo_process``: how each reasoning step is scored (one reward per step at its
     last token, ``recipe_dapo.advantages.steps``). ``chain_rule``: the CPU task's chain arithmetic, each line's
-    operation checked (+1 right, -1 wrong)."""
+    operation checked (+1 right, -1 wrong). ``prm``: a process reward model served as verl's reward model
+    (``reward.reward_model.*``), the probability that each step is good (``dapo.objective.prm``)."""
+    prm: ProcessRewardModelSettings = field(default_factory=ProcessRewardModelSettings)
+    """The process reward model of ``step_scorer=prm``."""
     reference_reset_every: int = 0
     """Iterative RL: at the end of every N-th step the reference model of the KL term takes the current policy's
     weights (0: never). Needs the KL in the loss or the reward, without LoRA (``recipe_dapo.loss.reference_reset``)."""

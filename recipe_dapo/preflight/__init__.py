@@ -1,5 +1,6 @@
 """The start-up rules: every check a configuration must pass before anything heavy starts, grouped by the section
-they check (``versions``: the installed verl, ``cluster``, ``inputs``, ``algorithm``, ``sampling``, ``reward``,
+they check (``versions``: the installed verl, ``cluster``, ``inputs``, ``algorithm``, ``process_reward``: the process
+reward model of ``step_scorer=prm``, ``sampling``, ``reward``,
 ``trainers``, ``checkpoints``: the checkpoint a run resumes from, ``memory_rule``: the per-GPU memory plan, and
 ``verl``: the rules that need verl imported).
 
@@ -36,6 +37,7 @@ from recipe_dapo.preflight.cluster import rule_batch_sizes, rule_cluster_shape, 
     rule_cpu_reference_model, rule_cpu_seeded_prefill
 from recipe_dapo.preflight.inputs import rule_data_files, rule_model_path, rule_prompt_lengths
 from recipe_dapo.preflight.memory_rule import rule_memory_plan
+from recipe_dapo.preflight.process_reward import rule_process_reward_model, rule_process_reward_tokenizer
 from recipe_dapo.preflight.reward import rule_legacy_keys, rule_reward
 from recipe_dapo.preflight.sampling import rule_dynamic_sampling, rule_filter_metric, rule_prompt_keys
 from recipe_dapo.preflight.trainers import rule_ignored_options, rule_one_round, rule_preemption, rule_trainer, \
@@ -55,6 +57,7 @@ RULES: tuple[Rule, ...] = (
     rule_batch_sizes,
     rule_clip,
     rule_objective,
+    rule_process_reward_model,
     rule_behaviour_correction,
     rule_dynamic_sampling,
     rule_filter_metric,
@@ -70,7 +73,8 @@ RULES: tuple[Rule, ...] = (
     rule_checkpoint_resume,
     rule_memory_plan,
 )
-VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_v1_installed, rule_verl_configs, rule_prompt_lengths)
+VERL_RULES: tuple[Rule, ...] = (rule_registries, rule_v1_installed, rule_verl_configs, rule_prompt_lengths,
+                                rule_process_reward_tokenizer)
 
 
 def check_config(

@@ -20,6 +20,7 @@ class's; the algorithmic decisions live in pure modules (``dynamic_sampling``, `
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from typing import Optional
@@ -44,7 +45,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
-from recipe_dapo.advantages import GRPO_PROCESS
+from recipe_dapo.advantages import GRPO_PROCESS, PRM_SCORER
 from recipe_dapo.dynamic_sampling import (
     DATAPROTO_OPS,
     DynamicSampler,
@@ -65,7 +66,7 @@ from recipe_dapo.trainers.classic.rollout_replicas import RolloutReplicas
 from recipe_dapo.trainers.classic.rollout_seeds import AGENT_NAME as SEEDED_AGENT_NAME
 from recipe_dapo.trainers.classic.rollout_seeds import SEED_COLUMN, SEEDABLE_AGENT_LOOPS, round_seeds, \
     validation_seeds
-from recipe_dapo.trainers.process_steps import write_step_rewards
+from recipe_dapo.trainers.process_steps import build_step_scorer, served_model_awake, write_step_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,12 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self.recipe.stop_ids  # noqa: B018  (read now: a tokenizer without stop ids fails at start-up, not at step 1)
         self._rounds_generated_in_step: dict[int, int] = {}
         self._validation_batches: int | None = None  # during _validate with seeded rollouts: the batches seeded
+        self._step_scorer = None  # grpo_process: dapo.objective.step_scorer, built once
+
+    def _process_step_scorer(self):
+        if self._step_scorer is None:
+            self._step_scorer = build_step_scorer(self.config, getattr(self, "reward_loop_manager", None))
+        return self._step_scorer
 
     # ------------------------------------------------------------------ set-up
 
@@ -92,6 +99,8 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         # Which Ray node holds each actor rank and replica: one line, what a multi-node launch checks first.
         log_placement(self.actor_rollout_wg.workers, self.checkpoint_manager.replicas)
         self.recipe.hold_folder_as_writers(self.actor_rollout_wg.workers)  # a new run waits for them to end
+        if self.config.algorithm.adv_estimator == GRPO_PROCESS:
+            self._process_step_scorer()  # built now: a process reward model that cannot be read fails at start-up
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
         """The base counts steps in dataloader batches; DAPO counts optimizer steps of train_batch_size prompts.
@@ -340,7 +349,9 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
             if self.config.algorithm.adv_estimator == GRPO_PROCESS:  # each step's reward at its last token
-                metrics.update(write_step_rewards(batch, self.tokenizer, self.config.dapo.objective.step_scorer))
+                served = self.config.dapo.objective.step_scorer == PRM_SCORER  # the reward model scores the steps
+                with served_model_awake(self.reward_loop_manager) if served else contextlib.nullcontext():
+                    metrics.update(write_step_rewards(batch, self.tokenizer, self._process_step_scorer()))
             if rollout_corr_config is not None and "rollout_log_probs" in batch.batch and not bypass_mode:
                 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
