@@ -306,10 +306,10 @@ def test_the_report_reads_the_run_after_the_evaluation_wrote_beside_it(tmp_path)
     run.mkdir(parents=True)
     shutil.copy(FIXTURE, run / "dapo_cpu.jsonl")
     out.mkdir()
-    # what the evaluation writes there: one record per sample, the report and the table
-    sample = {"row": 0, "sample": 0, "data_source": "chain_arithmetic", "ground_truth": "7", "response": "Answer: 7",
-              "score": 1.0, "acc": True, "pred": "7", "num_tokens": 4, "truncated": False}
-    write_jsonl(str(out / "val.generations.jsonl"), [sample, {**sample, "sample": 1}])
+    # what the evaluation writes there: one record per response, the report and the table
+    sample = {"row": 0, "problem": 0, "response_index": 0, "data_source": "chain_arithmetic", "ground_truth": "7",
+              "response": "Answer: 7", "score": 1.0, "acc": True, "pred": "7", "num_tokens": 4, "truncated": False}
+    write_jsonl(str(out / "val.generations.jsonl"), [sample, {**sample, "response_index": 1}])
     write_json(str(out / "report.json"), {"datasets": {}})
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # this checkout's recipe, run from elsewhere
     completed = subprocess.run(default_install_python("recipe_dapo.report", *report), capture_output=True, text=True,
