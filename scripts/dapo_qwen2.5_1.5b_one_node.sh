@@ -8,8 +8,10 @@
 #            A 3B model: MODEL_PATH=.../Qwen2.5-3B (32k context: the response length and overlong buffer may grow).
 # Card:      40 GB GPUs: dapo.memory.gpu_memory_gib=39.4 (GiB as torch reports it), so the memory plan
 #            is checked at start-up; on another card pass its figure (the dry run prints the plan).
+# Expected:  vLLM's KV cache holds fewer full-length sequences than a replica runs at once, not fewer expected
+#            ones: the exec line says why (dapo.memory.kv_waves_expected), so the plan states it, not a warning.
 # Launch:    bash scripts/dapo_qwen2.5_1.5b_one_node.sh
 # Override:  MODEL_PATH=/models/Qwen2.5-3B bash scripts/dapo_qwen2.5_1.5b_one_node.sh data.max_response_length=8192 \
 #              reward.reward_kwargs.overlong_buffer_cfg.len=2048 trainer.save_freq=50
 # Check:     DRY_RUN=1 bash scripts/dapo_qwen2.5_1.5b_one_node.sh
-exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=qwen2.5_1.5b_one_node dapo.memory.gpu_memory_gib=39.4 "$@"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/launch_dapo.sh" size=qwen2.5_1.5b_one_node "dapo.memory.kv_waves_expected='full length is the worst case: at the expected length the cache holds a whole wave, and a larger vLLM share would take the headroom of the actor, which stays on the GPU'" dapo.memory.gpu_memory_gib=39.4 "$@"

@@ -13,11 +13,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from recipe_dapo.data import apply_dapo_template
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # What vLLM's engine processes printed in the real evaluation (descriptor 1 or 2, line).
 VLLM_LINES = [
@@ -79,6 +82,8 @@ def evaluate_as_a_user_would(tmp_path, **env):
     out = tmp_path / "eval"
     args = ["--model", str(model), "--data", str(data), "--n", "2", "--max-response-length", "8", "--out", str(out)]
     environment = {key: value for key, value in os.environ.items() if not key.startswith("DAPO_")}
+    # this checkout's recipe, whatever the editable install points to
+    environment["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     completed = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(VLLM_LINES), *args], capture_output=True,
                                text=True, timeout=300, env={**environment, **env}, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
@@ -90,8 +95,9 @@ def test_the_evaluation_console_shows_its_own_lines_and_keeps_vllms_in_the_log_f
     log = out / "evaluation.log"
     console = [line for line in completed.stdout.splitlines() if line.strip()]
     assert console[0] == f"log file: {log}: every line of vLLM (DAPO_CONSOLE_FILTER=0 shows them here)"
-    assert console[1].startswith("evaluating ") and console[1].endswith("on toy (2 samples)")
-    assert "## toy (1 rows x 2 samples)" in console and "| mean@2 | 1.0000 |" in console
+    assert console[1] == f"evaluating {tmp_path / 'model'}"
+    assert console[2] == "toy: 1 problem x 2 responses = 2 responses"
+    assert "## toy: 1 problem x 2 responses = 2 responses" in console and "| mean@2 | 1.0000 |" in console
     assert console[-2] == f"report: {out / 'report.json'}"
     assert console[-1].startswith(f"log file: {log} (") and "not shown here" in console[-1]
     # Nothing of the engine process on the console (its warnings here are known noise), all of it in the log file.

@@ -13,6 +13,7 @@ offline copies in ../shared/data (without those, absent files are reported "not 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import subprocess
@@ -26,7 +27,7 @@ from omegaconf import OmegaConf
 from recipe_dapo.dry_run import compose, dry_run
 from recipe_dapo.preflight import DAPOConfigError
 from recipe_dapo.preflight.memory_plan import GPU_MISSING
-from recipe_dapo.preflight.memory_rule import plan_lines
+from recipe_dapo.preflight.memory_rule import KV_WAVES_KNOB, plan_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO_ROOT / "scripts"
@@ -487,3 +488,25 @@ def test_the_rules_only_dry_run_imports_neither_verl_nor_torch(extra, tmp_path):
     assert result.returncode == (1 if extra else 0), result.stderr
     assert result.stdout.strip().splitlines()[-1] == "IMPORTED False False", result.stdout + result.stderr
     assert ("refused the configuration" in result.stderr) == bool(extra)
+
+
+@pytest.mark.parametrize("script", sorted(CARDS))
+def test_a_gpu_scripts_dry_run_warns_of_nothing_or_gives_the_reason_the_script_states(script, composed, launch_env,
+                                                                                     caplog):
+    """On the card it states, a shipped GPU script's settings fit their plan, or the script says why a warning of the
+    start-up is expected (dapo.memory.kv_waves_expected), and its dry run gives that reason in place of the warning."""
+    with caplog.at_level(logging.INFO):
+        dry_run(composed[script])
+    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert not warnings, f"{script}'s own settings: {warnings}"
+    reason = value(composed[script], KV_WAVES_KNOB)
+    if reason is None:
+        return
+    said = [record.getMessage() for record in caplog.records if reason in record.getMessage()]
+    assert len(said) == 1 and f"expected here ({KV_WAVES_KNOB}): {reason}" in said[0], said
+    # The reason is what keeps the warning away: without it, the same dry run warns, naming the knob.
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        dry_run(compose(overrides_of(script, launch_env, f"{KV_WAVES_KNOB}=null")))
+    warned = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "KV cache" in warned[0] and KV_WAVES_KNOB in warned[0], warned

@@ -306,10 +306,10 @@ def test_the_report_reads_the_run_after_the_evaluation_wrote_beside_it(tmp_path)
     run.mkdir(parents=True)
     shutil.copy(FIXTURE, run / "dapo_cpu.jsonl")
     out.mkdir()
-    # what the evaluation writes there: one record per sample, the report and the table
-    sample = {"row": 0, "sample": 0, "data_source": "chain_arithmetic", "ground_truth": "7", "response": "Answer: 7",
-              "score": 1.0, "acc": True, "pred": "7", "num_tokens": 4, "truncated": False}
-    write_jsonl(str(out / "val.generations.jsonl"), [sample, {**sample, "sample": 1}])
+    # what the evaluation writes there: one record per response, the report and the table
+    sample = {"row": 0, "problem": 0, "response_index": 0, "data_source": "chain_arithmetic", "ground_truth": "7",
+              "response": "Answer: 7", "score": 1.0, "acc": True, "pred": "7", "num_tokens": 4, "truncated": False}
+    write_jsonl(str(out / "val.generations.jsonl"), [sample, {**sample, "response_index": 1}])
     write_json(str(out / "report.json"), {"datasets": {}})
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # this checkout's recipe, run from elsewhere
     completed = subprocess.run(default_install_python("recipe_dapo.report", *report), capture_output=True, text=True,
@@ -397,27 +397,30 @@ def test_a_missing_relative_data_file_is_named_with_the_folder_it_was_looked_for
     assert "looked for in" not in absolute  # an absolute path names itself
 
 
-def test_the_launch_doc_names_exactly_the_scripts_whose_own_dry_run_warns():
-    """docs/launching.md says which GPU scripts' dry runs, as shipped, print a warning and why it is expected: the
-    list is what the dry runs print (a warning other than an input absent from this machine)."""
+def test_the_launch_doc_names_exactly_the_scripts_whose_dry_run_says_why_instead_of_warning():
+    """docs/launching.md says which GPU scripts, as shipped, keep a KV cache short of a wave and say why (their dry run
+    gives the reason in place of the warning) and which fit their plan: the lists are what the dry runs print, and no
+    dry run prints a warning (other than an input absent from this machine)."""
     doc = (REPO_ROOT / "docs" / "launching.md").read_text()
-    paragraph = doc.split("**The warning five scripts' own dry runs print.**", 1)[1].split("\n\n", 1)[0]
-    warned, fit = paragraph.split("fit their plan without a warning", 1)[0].split("That is expected", 1)
+    paragraph = doc.split("**What the scripts' own dry runs say about the KV cache.**", 1)[1].split("\n\n", 1)[0]
+    explained, fit = paragraph.split("fit their plan as they are", 1)[0].split("keep, on their card", 1)
     scripts = sorted(path.name for path in (REPO_ROOT / "scripts").glob("*.sh")
                      if path.name.startswith(("dapo_", "grpo_")))
     assert len(scripts) == 7
     env = {k: v for k, v in os.environ.items() if k not in {"MODEL_PATH", "TRAIN_FILE", "VAL_FILES", "VAL_FILE",
                                                             "NNODES", "GPUS_PER_NODE", "RAY_ADDRESS", "WORK_DIR"}}
     env["DRY_RUN"] = "1"
-    warning = {}
+    warning, reason = {}, {}
     for script in scripts:
         completed = subprocess.run(["bash", f"scripts/{script}"], capture_output=True, text=True, timeout=300,
                                    cwd=REPO_ROOT, env=env)
         assert completed.returncode == 0, (script, completed.stderr[-2000:])
         lines = (completed.stdout + completed.stderr).splitlines()
         warning[script] = [line for line in lines if "WARNING" in line and "not checked" not in line]
-    said_to_warn = {script for script in scripts if f"`{script}`" in warned}
+        reason[script] = [line for line in lines if "expected here (dapo.memory.kv_waves_expected): " in line]
+    assert not any(warning.values()), warning
+    said_to_explain = {script for script in scripts if f"`{script}`" in explained}
     said_to_fit = {script for script in scripts if f"`{script}`" in fit}
-    assert said_to_warn == {script for script, lines in warning.items() if lines}, warning
-    assert said_to_fit == {script for script, lines in warning.items() if not lines}
-    assert all("KV cache" in line for lines in warning.values() for line in lines)  # the warning the doc explains
+    assert said_to_explain == {script for script, lines in reason.items() if lines}, reason
+    assert said_to_fit == {script for script, lines in reason.items() if not lines}
+    assert all(len(lines) == 1 and "KV cache" in lines[0] for lines in reason.values() if lines), reason

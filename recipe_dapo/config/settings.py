@@ -126,6 +126,11 @@ class MemorySettings:
     expected_response_tokens: Optional[int] = None
     """Mean response tokens, for the plan's expected column; null: half of ``data.max_response_length``, and no more
     than where the soft overlong punishment begins (``max_response_length - overlong_buffer_cfg.len``)."""
+    kv_waves_expected: Optional[str] = None
+    """Why this launch expects vLLM's KV cache to hold fewer full-length sequences than one replica runs at once: set,
+    the start-up's warning about it (vLLM runs such a round in waves or preempts, slower but not a failure) is an INFO
+    line that gives this reason with the plan's figures; null: the warning. The launch scripts whose shipped shape does
+    so on their card set it."""
 
 
 @dataclass

@@ -11,6 +11,12 @@ with ``python -m verl.model_merger merge --backend fsdp --local_dir .../actor --
 AIME setting is the 30-problem file with ``--n 32 --temperature 1.0 --top-p 0.7`` (or the 960-row file
 with ``--n 1``: both report the same mean@32, see ``metrics``). Everything is checked (arguments, every
 data row, prompt lengths, the verifier import) before vLLM starts. Output layout: see ``report``.
+
+**Counts.** A file's *rows* are its lines; a *problem* is a distinct prompt (rows that repeat one, as the 960-row
+AIME file does, add their responses to it: the metrics group by problem); a *response* is one sample of the model,
+``--n`` per row. Each file's figures are said once, before vLLM starts, with why rows are left out or pooled
+(:class:`FileCounts`); the same figures head its result table and fill ``report.json``, and the progress bars count
+responses.
 """
 
 from __future__ import annotations
@@ -51,6 +57,70 @@ class EvalDataset:
     name: str
     path: str
     rows: list[EvalRow]
+    rows_in_file: int
+    """The file's rows before ``--max-rows``."""
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+@dataclass(frozen=True)
+class FileCounts:
+    """What one data file gives the evaluation, in the words every output uses (module docstring): rows, problems,
+    responses. ``figures()`` heads the result table; ``said_once()``, the console's line before vLLM starts, adds why
+    rows are left out (``--max-rows``) or pooled (a repeated problem)."""
+
+    rows_in_file: int
+    rows: int
+    problems: int
+    responses_per_row: int
+
+    @property
+    def responses(self) -> int:
+        return self.rows * self.responses_per_row
+
+    @property
+    def repeated_rows(self) -> int:
+        return self.rows - self.problems
+
+    def figures(self) -> str:
+        """``128 rows x 4 responses = 512 responses, 121 problems`` (``32 problems x 4 responses = 128 responses``
+        when no row repeats a problem)."""
+        unit = "problem" if self.repeated_rows == 0 else "row"
+        text = (f"{_count(self.rows, unit)} x {_count(self.responses_per_row, 'response')} = "
+                f"{_count(self.responses, 'response')}")
+        return text if self.repeated_rows == 0 else f"{text}, {_count(self.problems, 'problem')}"
+
+    def said_once(self) -> str:
+        """:meth:`figures`, then the file's rows that are left out or pooled, with how many and why."""
+        reasons = []
+        if self.rows < self.rows_in_file:
+            reasons.append(f"the first {self.rows} of the file's {self.rows_in_file} rows (--max-rows)")
+        if self.repeated_rows:
+            repeat = "repeats" if self.repeated_rows == 1 else "repeat"
+            reasons.append(f"{_count(self.repeated_rows, 'row')} {repeat} the problem of an earlier row, and the "
+                           "metrics pool each problem's responses")
+        return self.figures() + "".join(f"; {reason}" for reason in reasons)
+
+    def as_report(self) -> dict[str, int]:
+        return {"rows_in_file": self.rows_in_file, "rows": self.rows, "problems": self.problems,
+                "responses_per_row": self.responses_per_row, "responses": self.responses}
+
+
+def problem_indices(dataset: EvalDataset) -> list[int]:
+    """Each row's problem, numbered in order of first appearance: rows with one data source and prompt text are one
+    problem, as the metrics group them (``metrics.problem_ids_from_prompts``)."""
+    if not dataset.rows:
+        return []
+    ids = problem_ids_from_prompts([row.data_source for row in dataset.rows], [row.messages for row in dataset.rows])
+    numbers: dict[str, int] = {}
+    return [numbers.setdefault(problem_id, len(numbers)) for problem_id in ids.tolist()]
+
+
+def file_counts(dataset: EvalDataset, responses_per_row: int) -> FileCounts:
+    """``dataset``'s :class:`FileCounts` at ``responses_per_row`` (``--n``)."""
+    return FileCounts(dataset.rows_in_file, len(dataset.rows), len(set(problem_indices(dataset))), responses_per_row)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Hugging Face model folder or Hub id, or a run's checkpoints folder (its latest model)")
     parser.add_argument("--tokenizer", help="tokenizer folder or id (default: --model)")
     parser.add_argument("--data", required=True, nargs="+", help="verl RL parquet files")
-    parser.add_argument("--n", type=int, default=1, help="samples per row (paper, AIME 30-row file: 32)")
+    parser.add_argument("--n", type=int, default=1, help="responses per row (paper, AIME 30-row file: 32)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=0.7)
     parser.add_argument("--max-response-length", type=int, required=True, help="tokens per response (paper: 20480)")
@@ -206,6 +276,7 @@ def load_eval_dataset(path: str, name: str, max_rows: int | None) -> EvalDataset
 
     validate_rl_parquet(path)
     frame = pd.read_parquet(path)
+    rows_in_file = len(frame)
     if max_rows is not None:
         frame = frame.head(max_rows)
     rows = []
@@ -219,7 +290,7 @@ def load_eval_dataset(path: str, name: str, max_rows: int | None) -> EvalDataset
                 extra_info=dict(extra_info) if isinstance(extra_info, Mapping) else None,
             )
         )
-    return EvalDataset(name, path, rows)
+    return EvalDataset(name, path, rows, rows_in_file)
 
 
 def chat_prompt_ids(tokenizer, dataset: EvalDataset, max_prompt_length: int | None) -> list[list[int]]:
@@ -241,18 +312,20 @@ def chat_prompt_ids(tokenizer, dataset: EvalDataset, max_prompt_length: int | No
 
 
 def score_dataset(dataset: EvalDataset, completions: Sequence[Sequence[Any]], compute_score) -> list[dict[str, Any]]:
-    """One record per sample (fields in ``report``), rows in order, samples in order within a row."""
+    """One record per response (fields in ``report``), rows in order, a row's responses in order."""
     from recipe_dapo.evaluation.scoring import score_response
 
     samples = []
-    progress = tqdm(total=sum(len(c) for c in completions), desc=f"score {dataset.name}", unit="sample")
+    problems = problem_indices(dataset)
+    progress = tqdm(total=sum(len(c) for c in completions), desc=f"score {dataset.name}", unit="response")
     for row_index, (row, row_completions) in enumerate(zip(dataset.rows, completions)):
-        for sample_index, completion in enumerate(row_completions):
+        for response_index, completion in enumerate(row_completions):
             verdict = score_response(compute_score, row.data_source, completion.text, row.ground_truth, row.extra_info)
             samples.append(
                 {
                     "row": row_index,
-                    "sample": sample_index,
+                    "problem": problems[row_index],
+                    "response_index": response_index,
                     "data_source": row.data_source,
                     "prompt": row.messages,
                     "ground_truth": row.ground_truth,
@@ -349,14 +422,10 @@ def run(prepared: PreparedEvaluation) -> dict[str, Any]:
         offset += len(dataset.rows)
         samples = score_dataset(dataset, completions, prepared.compute_score)
         per_source = dataset_metrics(samples)
-        report["datasets"][dataset.name] = {
-            "file": dataset.path,
-            "rows": len(dataset.rows),
-            "samples_per_row": args.n,
-            "metrics": per_source,
-        }
+        counts = file_counts(dataset, args.n)
+        report["datasets"][dataset.name] = {"file": dataset.path, **counts.as_report(), "metrics": per_source}
         with open(os.path.join(args.out, f"{dataset.name}.md"), "w", encoding="utf-8") as handle:
-            handle.write(dataset_markdown(dataset.name, dataset.path, settings, per_source))
+            handle.write(dataset_markdown(dataset.name, dataset.path, settings, per_source, counts.said_once()))
         # The prompt is the data file's row `row`; repeating it on every sample would multiply the file size.
         written = ({key: value for key, value in sample.items() if key != "prompt"} for sample in samples)
         write_jsonl(os.path.join(args.out, f"{dataset.name}.generations.jsonl"), written)
@@ -405,11 +474,13 @@ def main(argv: Sequence[str] | None = None, quiet_console: bool = False) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     attach_log_path(os.path.join(args.out, LOG_FILE), what="vLLM")
-    logger.info("evaluating %s on %s (%d samples)", args.model, ", ".join(d.name for d in prepared.datasets),
-                sum(len(d.rows) for d in prepared.datasets) * args.n)
+    logger.info("evaluating %s", args.model)
+    for dataset in prepared.datasets:
+        logger.info("%s: %s", dataset.name, file_counts(dataset, args.n).said_once())
     report = run(prepared)
-    for name, entry in report["datasets"].items():
-        print(recipe_line(f"\n## {name} ({entry['rows']} rows x {entry['samples_per_row']} samples)\n"))
+    for dataset in prepared.datasets:
+        name, entry = dataset.name, report["datasets"][dataset.name]
+        print(recipe_line(f"\n## {name}: {file_counts(dataset, args.n).figures()}\n"))
         print(recipe_line(metrics_table(entry["metrics"]).rstrip("\n")))
     print(recipe_line(f"\nreport: {os.path.join(args.out, 'report.json')}"), flush=True)
     return 0

@@ -97,7 +97,7 @@ def cpu_kv_cache_gib(settings: EngineSettings) -> float:
 def generate(
     llm, prompt_token_ids: Sequence[Sequence[int]], n: int, temperature: float, top_p: float, max_tokens: int
 ) -> list[list[Completion]]:
-    """``n`` completions per prompt, in prompt order, with vLLM's progress bar.
+    """``n`` completions per prompt, in prompt order, with one progress bar in responses (:func:`response_bar`).
 
     No per-request seed on purpose: with one, every copy of a repeated prompt (the 960-row AIME file)
     would draw the very same sample. The engine seed keeps runs reproducible.
@@ -107,7 +107,7 @@ def generate(
 
     params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
-    outputs = llm.generate(prompts, params, use_tqdm=True)
+    outputs = llm.generate(prompts, params, use_tqdm=response_bar(len(prompts) * n))
     return [
         [
             Completion(text=o.text, num_tokens=len(o.token_ids), truncated=o.finish_reason == "length")
@@ -115,6 +115,20 @@ def generate(
         ]
         for output in outputs
     ]
+
+
+def response_bar(responses: int):
+    """The progress bar ``LLM.generate`` draws (its ``use_tqdm``), in the evaluation's words: vLLM's pass over the
+    prompts (``Rendering prompts``, an iterable) is not drawn, and its bar of finished requests (``Processed prompts``,
+    which adds a prompt's ``n`` responses as each prompt finishes) is ``generate``, counted in responses."""
+    from tqdm.auto import tqdm
+
+    def bar(iterable=None, **kwargs):
+        if iterable is not None:
+            return tqdm(iterable, disable=True)
+        return tqdm(**{**kwargs, "total": responses, "desc": "generate", "unit": "response"})
+
+    return bar
 
 
 def close_engine(engine) -> None:

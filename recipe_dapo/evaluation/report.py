@@ -2,11 +2,16 @@
 
 Layout of ``OUT_DIR``::
 
-    report.json                  {"settings": {...}, "datasets": {name: {"file", "rows", "samples_per_row",
+    report.json                  {"settings": {...}, "datasets": {name: {"file", "rows_in_file", "rows",
+                                  "problems", "responses_per_row", "responses",
                                   "metrics": {data_source: {metric: value}}}}, "elapsed_s": {...}}
-    <name>.md                    the data set's metrics, one column per data source
-    <name>.generations.jsonl     one line per sample: row, sample, data_source, ground_truth, response,
-                                 score, acc, pred, num_tokens, truncated
+    <name>.md                    what was run and the file's counts, then its metrics, one column per data source
+    <name>.generations.jsonl     one line per response: row, problem, response_index, data_source, ground_truth,
+                                 response, score, acc, pred, num_tokens, truncated
+
+Rows, problems and responses are counted as ``evaluate`` says (its module docstring): ``rows`` is what was evaluated
+(``rows_in_file`` before ``--max-rows``), ``problems`` the distinct prompts among them (the metrics' ``num_problems``
+per data source), ``responses`` = ``rows`` x ``responses_per_row`` (``--n``), one generations line each.
 """
 
 from __future__ import annotations
@@ -37,13 +42,16 @@ def _format_value(name: str, value: float | None) -> str:
 
 
 def dataset_markdown(
-    name: str, data_file: str, settings: Mapping[str, Any], per_source: Mapping[str, Mapping[str, float]]
+    name: str, data_file: str, settings: Mapping[str, Any], per_source: Mapping[str, Mapping[str, float]],
+    counts: str,
 ) -> str:
-    """The Markdown page of one data set: what was run, then its metrics table."""
+    """The Markdown page of one data set: what was run and the file's counts (``evaluate.FileCounts.said_once``),
+    then its metrics table."""
     header = (
         f"# {name}\n\n"
         f"`{data_file}` with `{settings['model']}`: n={settings['n']}, temperature={settings['temperature']}, "
         f"top_p={settings['top_p']}, max_response_length={settings['max_response_length']}\n\n"
+        f"{counts}\n\n"
     )
     return header + metrics_table(per_source)
 

@@ -1,7 +1,8 @@
 """The start-up rule of the memory plan: refuse a shape whose planned per-GPU peak exceeds the card, naming the phase,
 the term that decides it and the cheapest change that makes it fit; warn when vLLM's KV cache cannot hold one wave of
-a generation round. Pure (``recipe_dapo.preflight.memory_plan``); skipped on ``platform=cpu``, where
-``recipe_dapo.cpu.memory`` checks the host's memory instead."""
+a generation round, unless the launch says why that is expected (``dapo.memory.kv_waves_expected``). Pure
+(``recipe_dapo.preflight.memory_plan``); skipped on ``platform=cpu``, where ``recipe_dapo.cpu.memory`` checks the
+host's memory instead."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def rule_memory_plan(config: DictConfig, report: CheckReport) -> Iterable[str]:
     the refusal into a warning."""
     if str(select(config, "trainer.device", "cuda")) == "cpu":
         return []
-    from recipe_dapo.preflight.memory_plan import GPU_MISSING, PlanInputMissing, card_mismatch, gib, plan_for_config
+    from recipe_dapo.preflight.memory_plan import GPU_MISSING, PlanInputMissing, card_mismatch, plan_for_config
 
     try:
         plan = plan_for_config(config)
@@ -43,19 +44,39 @@ def rule_memory_plan(config: DictConfig, report: CheckReport) -> Iterable[str]:
     if mismatch:
         logger.warning("%s", mismatch)
     problems = [over_budget_message(plan, phase) for phase in plan.over_budget()]
-    kv = plan.kv
-    if kv is not None and not kv.holds_one_wave:
-        logger.warning(
-            "memory plan: vLLM's KV cache (%s GiB per TP rank) holds %d full-length sequences of %d tokens, fewer than "
-            "the %d one replica runs at once (min(max_num_seqs, a round's sequences per replica)): vLLM will run "
-            "them in waves or preempt; raise %s.gpu_memory_utilization, %s.tensor_model_parallel_size or lower "
-            "%s.max_num_seqs", gib(kv.cache_bytes), kv.full_sequences, kv.sequence_tokens, kv.sequences_at_once,
-            ROLLOUT, ROLLOUT, ROLLOUT)
+    if plan.kv is not None and not plan.kv.holds_one_wave:
+        reason = select(config, KV_WAVES_KNOB, None)
+        if reason:
+            logger.info("%s; expected here (%s): %s", kv_waves_line(plan), KV_WAVES_KNOB, reason)
+        else:
+            logger.warning(
+                "%s; raise %s.gpu_memory_utilization, %s.tensor_model_parallel_size or lower %s.max_num_seqs, or, "
+                "when it is expected, say why in %s", kv_waves_line(plan), ROLLOUT, ROLLOUT, ROLLOUT, KV_WAVES_KNOB)
     if problems and not bool(select(config, "dapo.memory.enforce", True)):
         for problem in problems:
             logger.warning("%s (dapo.memory.enforce=false: starting anyway)", problem)
         return []
     return problems
+
+
+KV_WAVES_KNOB = "dapo.memory.kv_waves_expected"
+"""The reason a launch gives for a KV cache that cannot hold one wave of a round (``MemorySettings``)."""
+
+
+def kv_waves_line(plan) -> str:
+    """The KV cache's shortfall in words: full-length sequences it holds (and at the expected lengths, when planned)
+    against what one replica runs at once."""
+    from recipe_dapo.preflight.memory_plan import gib
+
+    kv, lay = plan.kv, plan.layout
+    at_expected = ""
+    if lay is not None and lay.expected_prompt is not None and lay.expected_response is not None:
+        expected_tokens = lay.expected_prompt + lay.expected_response
+        at_expected = f" ({kv.tokens // max(expected_tokens, 1):,} at the expected {expected_tokens:,})"
+    return (f"memory plan: vLLM's KV cache ({gib(kv.cache_bytes)} GiB per TP rank) holds {kv.full_sequences:,} "
+            f"full-length sequences of {kv.sequence_tokens:,} tokens{at_expected}, fewer than the "
+            f"{kv.sequences_at_once:,} one replica runs at once (min(max_num_seqs, a round's sequences per replica)): "
+            "vLLM will run them in waves or preempt")
 
 
 def plan_lines(config: DictConfig) -> list[str]:

@@ -178,7 +178,7 @@ def test_evaluation_command_writes_its_report_tables_and_generations_on_cpu(tiny
     for name, data_source in (("aime-2024", "aime24"), ("gsm8k", "gsm8k")):
         entry = report["datasets"][name]
         metrics = entry["metrics"][data_source]
-        assert (entry["rows"], entry["samples_per_row"]) == (2, 2)
+        assert (entry["rows"], entry["problems"], entry["responses_per_row"], entry["responses"]) == (2, 2, 2, 4)
         assert set(metrics) == {
             "mean@2",
             "pass@1",
@@ -191,7 +191,7 @@ def test_evaluation_command_writes_its_report_tables_and_generations_on_cpu(tiny
         assert metrics["num_problems"] == 2
 
         samples = read_jsonl(out / f"{name}.generations.jsonl")
-        assert [(s["row"], s["sample"]) for s in samples] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        assert [(s["row"], s["response_index"]) for s in samples] == [(0, 0), (0, 1), (1, 0), (1, 1)]
         assert all(1 <= s["num_tokens"] <= MAX_RESPONSE_LENGTH for s in samples)
         assert all(s["num_tokens"] == MAX_RESPONSE_LENGTH for s in samples if s["truncated"])
         # The report's numbers are the samples' numbers.
@@ -202,7 +202,7 @@ def test_evaluation_command_writes_its_report_tables_and_generations_on_cpu(tiny
 
         table = (out / f"{name}.md").read_text()
         assert f"| metric | {data_source} |" in table and "| mean@2 |" in table
-    assert "## gsm8k (2 rows x 2 samples)" in completed.stdout
+    assert "## gsm8k: 2 problems x 2 responses = 4 responses" in completed.stdout
     # A successful evaluation ends quietly: the engine is shut down before the interpreter exits (else vLLM's monitor
     # reports its process gone).
     log = (out / evaluate.LOG_FILE).read_text() if (out / evaluate.LOG_FILE).exists() else ""
