@@ -106,7 +106,8 @@ TASK_INPUTS = {
     "arithmetic": TaskInputs(),
     # The default run's and the learning study's inputs: a model 4x the arithmetic one's width, warmed up on 4,096
     # problems of its own until it answers 45% of held-out problems right at temperature 1 (a few minutes on 2 cores,
-    # once); 128 validation problems, so that a validation's mean@4 has a standard error of about 0.02.
+    # once); 128 validation rows (drawn at random, so a few repeat a problem: 121 distinct in the default build), so
+    # that a validation's mean@4 has a standard error of about 0.02.
     "chain": TaskInputs(num_val=128, num_warmup=4096,
                         spec=TinyModelSpec(hidden_size=128, num_attention_heads=4, intermediate_size=256,
                                            warmup_steps=2500, warmup_target_acc=0.45)),
@@ -453,7 +454,7 @@ def build_default_assets(
         return paths
 
     progress = WarmupProgress()  # on a terminal the build is one line rewritten in place
-    progress.note(f"inputs: writing {num_train} training and {num_val} validation problems ({task}) to {out / 'data'}")
+    progress.note(f"inputs: writing {num_train} training and {num_val} validation rows ({task}) to {out / 'data'}")
     train, _ = write_dataset(out / "data", num_train, num_val, seed, task)
     model_dir = out / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
