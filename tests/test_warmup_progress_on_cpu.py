@@ -58,7 +58,7 @@ def test_the_first_build_says_what_it_does_and_its_warm_up_is_not_a_line_per_che
     with caplog.at_level(logging.INFO, logger="recipe_dapo.cpu.assets"):
         build_default_assets(tmp_path, None, num_train=16, num_val=4, spec=spec, task="chain", num_warmup=32)
     lines = [record.getMessage() for record in caplog.records]
-    assert any(line.startswith("inputs: writing 16 training and 4 validation problems (chain)") for line in lines)
+    assert any(line.startswith("inputs: writing 16 training and 4 validation rows (chain)") for line in lines)
     assert any("training a 512-token BPE tokenizer" in line for line in lines)
     assert any(line.startswith("inputs: warming up the model: supervised steps on 32 worked solutions until it "
                                "answers 101% of 4 held-out problems right (checked every 2 steps") for line in lines)
