@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 pytestmark = [pytest.mark.timeout(300), requires_verl_v1]
 
 PROMPT = [11, 12, 13, 14]
+OTHER_PROMPT = [21, 22, 23]
 RESPONSE_LENGTH = 12
 
 
@@ -37,11 +38,12 @@ def log_prob(context: list[int]) -> float:
 class PrefixEngine:
     """A fake rollout server with vLLM's protocol as verl's client sees it (``generate`` returns a ``TokenOutput``
     with ``extra_fields["global_steps"]``; an aborted request comes back with ``stop_reason="aborted"`` and the tokens
-    so far). ``abort_after``: tokens generated before the next request is aborted; ``paused``: requests park."""
+    so far). ``abort_after``: per prompt, the tokens its first request generates before it is aborted; ``paused``:
+    requests park."""
 
     def __init__(self, version: int):
         self.version = version
-        self.abort_after: int | None = None
+        self.abort_after: dict[tuple[int, ...], int] = {}  # a prompt's first request: tokens before its abort
         self.paused = asyncio.Event()
         self.paused.set()
         self.started: set[tuple[int, ...]] = set()  # prompts whose response this engine began
@@ -60,13 +62,12 @@ class PrefixEngine:
         self.started.add(tuple(prompt_ids))
         budget = int(sampling_params["max_tokens"])
         context, tokens, log_probs = list(prompt_ids), [], []
-        limit = budget if self.abort_after is None else min(budget, self.abort_after)
+        limit = min(budget, self.abort_after.pop(tuple(prompt_ids), budget))
         for _ in range(limit):
             log_probs.append(log_prob(context))
             tokens.append(next_token(context))
             context.append(tokens[-1])
-        aborted = self.abort_after is not None and limit < budget
-        self.abort_after = None
+        aborted = limit < budget
         return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason="aborted" if aborted else "completed",
                            num_preempted=0, extra_fields={"global_steps": self.version})
 
@@ -105,22 +106,23 @@ def uninterrupted() -> tuple[list[int], list[float]]:
     return tokens, log_probs
 
 
-async def start_and_abort(client, engine, uid="g", session=0, aborted_after=5):
-    """A session generating when the step ends: aborted after ``aborted_after`` tokens, its retry parked."""
+async def start_and_abort(client, engine, sessions=(("g", 0, PROMPT, 5),)):
+    """Sessions generating when the step ends (uid, session, prompt, tokens generated before the abort): each aborted,
+    then the replicas pause for the update (verl's retry parks)."""
     from recipe_dapo.trainers.v1.partial_rollout import session_scope
 
-    engine.abort_after = aborted_after
-
-    async def run():
+    async def run(uid, session, prompt):
         with session_scope(client.partials, uid, session, None):
-            return await client.generate("req", prompt_ids=list(PROMPT), sampling_params={"logprobs": True})
+            return await client.generate("req", prompt_ids=list(prompt), sampling_params={"logprobs": True})
 
-    task = asyncio.create_task(run())
-    while not engine.requests:
+    seen = len(engine.requests)
+    engine.abort_after = {tuple(prompt): tokens for _, _, prompt, tokens in sessions}
+    tasks = [asyncio.create_task(run(uid, session, prompt)) for uid, session, prompt, _ in sessions]
+    while len(engine.requests) < seen + len(sessions):
         await asyncio.sleep(0.01)
-    engine.paused.clear()  # the replicas sleep for the update: the retry parks
+    engine.paused.clear()  # the replicas sleep for the update: the retries park
     await asyncio.sleep(0.05)
-    return task
+    return tasks[0] if len(tasks) == 1 else tasks
 
 
 # ---------------------------------------------------------------------------------------------- the pure record
@@ -158,7 +160,8 @@ def test_the_staleness_rule_resumes_within_the_bound_and_drops_and_counts_beyond
     assert metrics["dynamic_sampling/resumed_partial_tokens"] == 3
     assert metrics["dynamic_sampling/dropped_partial_responses"] == 2
     assert metrics["dynamic_sampling/dropped_partial_tokens"] == 6
-    assert "1 partial responses (3 tokens) resumed" in plan.summary() and "2 (6 tokens) dropped" in plan.summary()
+    assert plan.summary() == ("partial responses resumed from their prefix: 1 (3 tokens), dropped as older than "
+                              "max_staleness: 2 (6 tokens)")
     assert set(resume_plan(saved, resume_step=6, max_staleness=3).resumed) == {"young", "old"}
     assert not resume_plan(saved, resume_step=6, max_staleness=3, in_flight=["other"]).resumed
 
@@ -267,3 +270,150 @@ def test_a_finished_session_of_an_unfinished_group_is_kept_and_not_regenerated()
     engine, output = asyncio.run(run())
     assert engine.requests == [] and output.token_ids == tokens and output.log_probs == log_probs
     assert (output.extra_fields["min_global_steps"], output.extra_fields["max_global_steps"]) == (2, 3)
+
+
+# ---------------------------------------------------------------------------------------------- TransferQueue and verl
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    import ray
+    import transfer_queue as tq
+
+    # address="local": a cluster of its own, never one another process on the machine started (`ray start`).
+    ray.init(address="local", num_cpus=4, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    tq.init()
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
+class WorkerHandle:
+    """An agent-loop worker's actor handle as the trainer calls it: the recipe worker's own ``partial_responses``
+    over the worker's client, answered through Ray's object store."""
+
+    def __init__(self, client):
+        import types
+
+        from recipe_dapo.trainers.v1.agent_loop import _DAPOAgentLoopWorkerTQ
+
+        worker = SimpleNamespace(llm_client=client)
+        worker._partial_book = types.MethodType(_DAPOAgentLoopWorkerTQ._partial_book, worker)
+        method = types.MethodType(_DAPOAgentLoopWorkerTQ.partial_responses, worker)
+        self.partial_responses = SimpleNamespace(remote=lambda uids: __import__("ray").put(method(uids)))
+
+
+def bare_trainer(step, manager, max_staleness=1):
+    from recipe_dapo.trainers.v1.trainer import DAPOTrainerV1ColocateAsync
+
+    trainer = object.__new__(DAPOTrainerV1ColocateAsync)
+    trainer.trainer_mode = "colocate_async"
+    trainer.global_steps = step
+    trainer.agent_loop_manager = manager
+    trainer.replay_buffer = SimpleNamespace(config=SimpleNamespace(max_staleness=max_staleness))
+    return trainer
+
+
+def prompts_as_verls_worker_reads_them(batch) -> list[dict]:
+    """verl's ``AgentLoopWorkerTQ.generate_sequences`` on the re-issued batch: the prompt dict each group's sessions
+    are run with (``_run_prompt``'s argument)."""
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    from recipe_dapo.compat.ray import actor_class
+
+    rollout = OmegaConf.create({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "calculate_log_probs": True,
+                                "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0.0},
+                                "agent": {"default_agent_loop": "single_turn_agent"}})
+    prompts = []
+
+    async def run_prompt(prompt, sampling_params, trajectory, trace=False):
+        prompts.append(prompt)
+
+    worker = SimpleNamespace(config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout)),
+                             background_tasks=set(), _run_prompt=run_prompt)
+
+    async def run():
+        await actor_class(AgentLoopWorkerTQ).generate_sequences(worker, batch)
+        await asyncio.gather(*list(worker.background_tasks))
+
+    asyncio.run(run())
+    return prompts
+
+
+def test_a_checkpoint_in_transfer_queue_resumes_the_partial_through_verls_reissue(transfer_queue, tmp_path):
+    import numpy as np
+    from verl.utils import tensordict_utils as tu
+
+    from recipe_dapo.run.checkpoint_state import load_recipe_state, save_recipe_state
+    from recipe_dapo.trainers.v1.partial_rollout import PARTIAL_FIELD, session_scope
+
+    tq = transfer_queue
+    listing = (tq.kv_list("train") or {}).get("train", {})
+    if listing:
+        tq.kv_clear(keys=list(listing), partition_id="train")
+    config = OmegaConf.create({
+        "trainer": {"default_local_dir": str(tmp_path), "resume_mode": "auto", "resume_from_path": None},
+        "data": {"train_batch_size": 4}, "actor_rollout_ref": {"rollout": {"n": 2}, "actor": {"ppo_mini_batch_size": 2}},
+    })
+    # Three groups in flight at the end of step 4, their prompt rows as verl's _submit_batch_to_rollout writes them:
+    # "young" (submitted in step 4) and "old" (step 2) generating, "idle" with nothing generated yet.
+    uids, born = ["young", "old", "idle"], {"young": 4, "old": 2, "idle": 4}
+    rows = tu.get_tensordict({"uid": np.array(uids, dtype=object), "index": np.arange(3),
+                              "raw_prompt": np.array([[{"role": "user", "content": u}] for u in uids], dtype=object)})
+    tq.kv_batch_put(keys=uids, partition_id="train", fields=rows,
+                    tags=[{"is_prompt": True, "status": "running", "global_steps": born[u]} for u in uids])
+
+    async def before_the_checkpoint():
+        engine = PrefixEngine(version=3)
+        client = client_for(engine)
+        tasks = await start_and_abort(client, engine, [("young", 0, PROMPT, 5), ("old", 0, OTHER_PROMPT, 2)])
+        live = client.partials.groups()
+        trainer = bare_trainer(4, SimpleNamespace(agent_loop_workers=[WorkerHandle(client)]))
+        state = trainer._rollout_state()
+        for task in tasks:
+            task.cancel()
+        return live, state, engine.started
+
+    live, state, started = asyncio.run(before_the_checkpoint())
+    save_recipe_state(config, 4, state)
+    tq.save_checkpoint(str(tmp_path / "transfer_queue"))
+    tq.kv_clear(keys=uids, partition_id="train")  # a new process: verl restores its snapshot
+    tq.load_checkpoint(str(tmp_path / "transfer_queue"))
+    loaded = load_recipe_state(config, 4)["partial_responses"]
+    assert set(loaded) == {"young", "old"}
+    for uid in ("young", "old"):
+        saved, recorded = loaded[uid]["sessions"][0], live[uid][0]
+        assert saved["token_ids"].tolist() == recorded.token_ids
+        assert saved["log_probs"].tolist() == recorded.log_probs  # bit-identical floats
+        assert saved["versions"].tolist() == recorded.versions == [3] * len(recorded.token_ids)
+
+    captured = []
+    trainer = bare_trainer(4, SimpleNamespace(generate_sequences=captured.append), max_staleness=1)
+    line = trainer._restore_rollout_state({"partial_responses": loaded})
+    assert line == ("partial responses resumed from their prefix: 1 (5 tokens), dropped as older than max_staleness: "
+                    "1 (2 tokens)")
+    trainer.global_steps = 5  # verl's fit: the first step after the checkpoint's
+    assert trainer._reissue_inflight_prompts() == 3
+    tags = tq.kv_list("train")["train"]
+    assert {uid: tags[uid]["global_steps"] for uid in uids} == {"young": 4, "old": 5, "idle": 5}
+    assert trainer._resume_metrics["dynamic_sampling/resumed_partial_responses"] == 1
+    assert trainer._resume_metrics["dynamic_sampling/resumed_partial_tokens"] == 5
+    assert trainer._resume_metrics["dynamic_sampling/dropped_partial_responses"] == 1
+
+    prompts = {prompt["uid"]: prompt for prompt in prompts_as_verls_worker_reads_them(captured[0])}
+    assert set(prompts) == set(uids) and not prompts["old"][PARTIAL_FIELD] and not prompts["idle"][PARTIAL_FIELD]
+
+    async def after_the_resume():
+        engine = PrefixEngine(version=4)
+        engine.started = set(started)  # the same model: a restart from the prompt is refused
+        client = client_for(engine)
+        with session_scope(client.partials, "young", 0, prompts["young"][PARTIAL_FIELD]):
+            output = await client.generate("req", prompt_ids=list(PROMPT), sampling_params={"logprobs": True})
+        return engine, output
+
+    engine, output = asyncio.run(after_the_resume())
+    assert engine.requests == [PROMPT + uninterrupted()[0][:5]]
+    assert output.token_ids == uninterrupted()[0] and output.log_probs == uninterrupted()[1]
+    assert output.extra_fields["min_global_steps"] == 3
+    left = tq.kv_batch_get(keys=uids, partition_id="train", select_fields=[PARTIAL_FIELD])[PARTIAL_FIELD]
+    assert all(not getattr(row, "data", row) for row in left)  # handed over: the rows no longer carry them

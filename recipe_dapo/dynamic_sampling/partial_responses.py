@@ -197,13 +197,12 @@ class ResumePlan:
     def summary(self) -> str:
         """For the resume line."""
         unfinished, finished = list(self.unfinished()), list(self.finished())
-        text = (f"{len(unfinished)} partial responses ({sum(r.num_tokens for r in unfinished)} tokens) resumed from "
-                f"their prefix")
+        tokens = sum(r.num_tokens for r in unfinished)
+        text = f"partial responses resumed from their prefix: {len(unfinished)} ({tokens} tokens)"
         if finished:
-            text += f", {len(finished)} finished ones of unfinished groups kept"
+            text += f", finished ones of unfinished groups kept: {len(finished)}"
         if self.dropped_responses:
-            text += (f", {self.dropped_responses} ({self.dropped_tokens} tokens) dropped as older than "
-                     "max_staleness")
+            text += f", dropped as older than max_staleness: {self.dropped_responses} ({self.dropped_tokens} tokens)"
         return text
 
 

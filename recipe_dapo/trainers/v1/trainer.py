@@ -282,7 +282,7 @@ class _DAPOOnV1(HoldsRecipeRun):
             "no prompts in flight (sync)")
         restored = self._restore_rollout_state(state)
         if restored:
-            in_flight += f" ({restored})"
+            in_flight += f"; {restored}"
         self.recipe.announce_resume(self.global_steps, self.replay_buffer.sampler.pooled_groups, in_flight)
 
 
