@@ -343,7 +343,8 @@ class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
     """verl's colocated async v1 trainer with DAPO's sampler: a step takes its batch as soon as it is full; prompts
     still generating are paused with the replicas and resume, with partial rollout, after the weight update, so their
     groups count toward the next steps (``DAPOReplayBuffer`` drops those older than verl's
-    ``trainer.v1.sampler.max_off_policy_threshold``)."""
+    ``trainer.v1.sampler.max_off_policy_threshold``). A checkpoint keeps those responses (``partial_rollout``), and a
+    resumed run continues them from their prefix."""
 
     def get_llm_client(self):
         """verl's resuming client, with the recipe's record of each attempt (``partial_rollout``)."""
