@@ -340,12 +340,13 @@ def prompts_as_verls_worker_reads_them(batch) -> list[dict]:
     return prompts
 
 
-def test_a_checkpoint_in_transfer_queue_resumes_the_partial_through_verls_reissue(transfer_queue, tmp_path):
+def test_a_checkpoint_in_transfer_queue_resumes_the_partial_through_verls_reissue(transfer_queue, tmp_path,
+                                                                                   monkeypatch):
     import numpy as np
     from verl.utils import tensordict_utils as tu
 
     from recipe_dapo.run.checkpoint_state import load_recipe_state, save_recipe_state
-    from recipe_dapo.trainers.v1.partial_rollout import PARTIAL_FIELD, session_scope
+    from recipe_dapo.trainers.v1.partial_rollout import PARTIAL_FIELD
 
     tq = transfer_queue
     listing = (tq.kv_list("train") or {}).get("train", {})
@@ -403,15 +404,31 @@ def test_a_checkpoint_in_transfer_queue_resumes_the_partial_through_verls_reissu
     prompts = {prompt["uid"]: prompt for prompt in prompts_as_verls_worker_reads_them(captured[0])}
     assert set(prompts) == set(uids) and not prompts["old"][PARTIAL_FIELD] and not prompts["idle"][PARTIAL_FIELD]
 
+    # The recipe's worker runs the session as verl's _run_prompt calls it (the prompt row's fields as keyword
+    # arguments); verl's agent loop behind it (hydra-built, tokenizer) is stood in for by one generate call.
+    from verl.experimental.agent_loop import AgentLoopWorker
+
+    from recipe_dapo.trainers.v1.agent_loop import _DAPOAgentLoopWorkerTQ
+
+    seen_by_verl = []
+
+    async def agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
+        seen_by_verl.append(kwargs)
+        return await self.llm_client.generate("req", prompt_ids=list(PROMPT), sampling_params=sampling_params)
+
+    monkeypatch.setattr(AgentLoopWorker, "_run_agent_loop", agent_loop)
+
     async def after_the_resume():
         engine = PrefixEngine(version=4)
         engine.started = set(started)  # the same model: a restart from the prompt is refused
-        client = client_for(engine)
-        with session_scope(client.partials, "young", 0, prompts["young"][PARTIAL_FIELD]):
-            output = await client.generate("req", prompt_ids=list(PROMPT), sampling_params={"logprobs": True})
+        worker = object.__new__(_DAPOAgentLoopWorkerTQ)
+        worker.llm_client = client_for(engine)
+        output = await worker._run_agent_loop({"logprobs": True}, {"validate": False}, trace=False, session_id=0,
+                                              **prompts["young"])
         return engine, output
 
     engine, output = asyncio.run(after_the_resume())
+    assert PARTIAL_FIELD not in seen_by_verl[0] and seen_by_verl[0]["uid"] == "young"  # not into the trajectory
     assert engine.requests == [PROMPT + uninterrupted()[0][:5]]
     assert output.token_ids == uninterrupted()[0] and output.log_probs == uninterrupted()[1]
     assert output.extra_fields["min_global_steps"] == 3

@@ -31,7 +31,7 @@ from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, registe
 
 from recipe_dapo.compat.verl import v1_tracking
 from recipe_dapo.dynamic_sampling import METRIC_PREFIX
-from recipe_dapo.dynamic_sampling.partial_responses import ResumePlan, groups_state, resume_plan
+from recipe_dapo.dynamic_sampling.partial_responses import PartialResponse, ResumePlan, groups_state, resume_plan
 from recipe_dapo.overlong import TRUNCATED_COLUMN
 from recipe_dapo.policy_lag import row_lags
 from recipe_dapo.run.recipe_run import RecipeRun
@@ -300,8 +300,6 @@ def in_flight_births(partition_id: str = "train") -> dict:
 
 def groups_state_of(live: dict, born: dict) -> dict:
     """``partial_responses.groups_state`` over the workers' answers (states, as the workers send them)."""
-    from recipe_dapo.dynamic_sampling.partial_responses import PartialResponse
-
     return groups_state({uid: {int(session): PartialResponse.from_state(state) for session, state in sessions.items()}
                          for uid, sessions in live.items()}, born)
 
