@@ -6,7 +6,8 @@ token is a function of the whole context, that ends a request early as vLLM's ab
 is paused, and refuses to generate again for a prompt whose response it already started (a resumed request must be
 sent its prefix). Everything else is real: verl's ``FullyAsyncLLMServerClient`` resume loop (the recipe's client
 derives from it), ``TokenOutput``, the recipe's state file, and (in the last test) TransferQueue on a local Ray with
-verl's own ``_reissue_inflight_prompts`` and ``AgentLoopWorkerTQ.generate_sequences``.
+verl's own ``_reissue_inflight_prompts``, ``AgentLoopWorkerTQ.generate_sequences``, ``_run_prompt`` and
+``_run_agent_loop`` (the agent loop it instantiates makes one generate call, as the single-turn loop does).
 """
 
 from __future__ import annotations
@@ -314,22 +315,42 @@ def bare_trainer(step, manager, max_staleness=1):
     return trainer
 
 
-def prompts_as_verls_worker_reads_them(batch) -> list[dict]:
-    """verl's ``AgentLoopWorkerTQ.generate_sequences`` on the re-issued batch: the prompt dict each group's sessions
-    are run with (``_run_prompt``'s argument)."""
+LOOP_NAME = "recipe_dapo_test_prompt_loop"
+
+
+class PromptLoop:
+    """An agent loop (verl's registry instantiates it) that generates once for ``PROMPT``, as the single-turn loop does
+    for its tokenized prompt; ``seen`` keeps the keyword arguments verl ran it with."""
+
+    seen: list = []
+
+    def __init__(self, server_manager, **_):
+        self.server_manager = server_manager
+
+    async def run(self, sampling_params, **kwargs):
+        PromptLoop.seen.append(kwargs)
+        return await self.server_manager.generate("req", prompt_ids=list(PROMPT), sampling_params=sampling_params)
+
+
+def rollout_config():
+    return OmegaConf.create({"n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "calculate_log_probs": True,
+                             "val_kwargs": {"n": 1, "top_p": 1.0, "top_k": -1, "temperature": 0.0},
+                             "agent": {"default_agent_loop": LOOP_NAME}})
+
+
+def runs_as_verls_worker_reads_them(batch) -> dict:
+    """verl's ``AgentLoopWorkerTQ.generate_sequences`` on the re-issued batch: uid -> the arguments of the group's
+    ``_run_prompt`` (the prompt dict, the sampling parameters, the trajectory)."""
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     from recipe_dapo.compat.ray import actor_class
 
-    rollout = OmegaConf.create({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "calculate_log_probs": True,
-                                "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0.0},
-                                "agent": {"default_agent_loop": "single_turn_agent"}})
-    prompts = []
+    runs = {}
 
     async def run_prompt(prompt, sampling_params, trajectory, trace=False):
-        prompts.append(prompt)
+        runs[prompt["uid"]] = (prompt, sampling_params, trajectory)
 
-    worker = SimpleNamespace(config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout)),
+    worker = SimpleNamespace(config=OmegaConf.create({"actor_rollout_ref": {"rollout": rollout_config()}}),
                              background_tasks=set(), _run_prompt=run_prompt)
 
     async def run():
@@ -337,11 +358,32 @@ def prompts_as_verls_worker_reads_them(batch) -> list[dict]:
         await asyncio.gather(*list(worker.background_tasks))
 
     asyncio.run(run())
-    return prompts
+    return runs
 
 
-def test_a_checkpoint_in_transfer_queue_resumes_the_partial_through_verls_reissue(transfer_queue, tmp_path,
-                                                                                   monkeypatch):
+def recipe_agent_loop_worker(client):
+    """The recipe's agent-loop worker class in this process, with verl's ``_run_prompt`` and ``_run_agent_loop`` and the
+    attributes they read; verl's post-processing (reward, TransferQueue rows) is replaced by a record of its input."""
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    from recipe_dapo.trainers.v1.agent_loop import DAPOAgentLoopWorkerTQ
+
+    _agent_loop_registry[LOOP_NAME] = {"_target_": f"{__name__}.PromptLoop"}
+    worker = object.__new__(DAPOAgentLoopWorkerTQ.__ray_actor_class__)
+    worker.config = OmegaConf.create({"actor_rollout_ref": {"rollout": rollout_config()}, "data": {}})
+    worker.llm_client = client
+    worker.tokenizer = worker.processor = worker.hf_model_type = worker.dataset_cls = None
+    worker.tools = []
+    worker.outputs = []
+
+    async def postprocess(output, validate, **kwargs):
+        worker.outputs.append((output, kwargs))
+
+    worker._agent_loop_postprocess = postprocess
+    return worker
+
+
+def test_a_checkpoint_in_transfer_queue_resumes_the_partial_through_verls_reissue(transfer_queue, tmp_path):
     import numpy as np
     from verl.utils import tensordict_utils as tu
 
@@ -401,36 +443,44 @@ def test_a_checkpoint_in_transfer_queue_resumes_the_partial_through_verls_reissu
     assert trainer._resume_metrics["dynamic_sampling/resumed_partial_tokens"] == 5
     assert trainer._resume_metrics["dynamic_sampling/dropped_partial_responses"] == 1
 
-    prompts = {prompt["uid"]: prompt for prompt in prompts_as_verls_worker_reads_them(captured[0])}
-    assert set(prompts) == set(uids) and not prompts["old"][PARTIAL_FIELD] and not prompts["idle"][PARTIAL_FIELD]
-
-    # The recipe's worker runs the session as verl's _run_prompt calls it (the prompt row's fields as keyword
-    # arguments); verl's agent loop behind it (hydra-built, tokenizer) is stood in for by one generate call.
-    from verl.experimental.agent_loop import AgentLoopWorker
-
-    from recipe_dapo.trainers.v1.agent_loop import _DAPOAgentLoopWorkerTQ
-
-    seen_by_verl = []
-
-    async def agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
-        seen_by_verl.append(kwargs)
-        return await self.llm_client.generate("req", prompt_ids=list(PROMPT), sampling_params=sampling_params)
-
-    monkeypatch.setattr(AgentLoopWorker, "_run_agent_loop", agent_loop)
+    runs = runs_as_verls_worker_reads_them(captured[0])
+    assert set(runs) == set(uids) and not runs["old"][0][PARTIAL_FIELD] and not runs["idle"][0][PARTIAL_FIELD]
 
     async def after_the_resume():
         engine = PrefixEngine(version=4)
         engine.started = set(started)  # the same model: a restart from the prompt is refused
-        worker = object.__new__(_DAPOAgentLoopWorkerTQ)
-        worker.llm_client = client_for(engine)
-        output = await worker._run_agent_loop({"logprobs": True}, {"validate": False}, trace=False, session_id=0,
-                                              **prompts["young"])
-        return engine, output
+        worker = recipe_agent_loop_worker(client_for(engine))
+        await worker._run_prompt(*runs["young"])  # as verl's generate_sequences calls it
+        return engine, worker
 
-    engine, output = asyncio.run(after_the_resume())
-    assert PARTIAL_FIELD not in seen_by_verl[0] and seen_by_verl[0]["uid"] == "young"  # not into the trajectory
-    assert engine.requests == [PROMPT + uninterrupted()[0][:5]]
+    PromptLoop.seen.clear()
+    engine, worker = asyncio.run(after_the_resume())
+    assert engine.requests == [PROMPT + uninterrupted()[0][:5]]  # the server was sent the prefix, once
+    (output, kwargs), = worker.outputs
+    assert PARTIAL_FIELD not in kwargs and PARTIAL_FIELD not in PromptLoop.seen[0]  # not into the trajectory
     assert output.token_ids == uninterrupted()[0] and output.log_probs == uninterrupted()[1]
-    assert output.extra_fields["min_global_steps"] == 3
+    assert output.extra_fields["min_global_steps"] == 3 and output.extra_fields["max_global_steps"] == 4
+    assert tq.kv_list("train")["train"]["young"]["status"] == "finished"
+    assert not worker.llm_client.partials.groups()  # the group ended: its record is freed
     left = tq.kv_batch_get(keys=uids, partition_id="train", select_fields=[PARTIAL_FIELD])[PARTIAL_FIELD]
     assert all(not getattr(row, "data", row) for row in left)  # handed over: the rows no longer carry them
+
+
+def test_the_resuming_client_reaches_a_ray_worker_as_verls_client_without_its_record(transfer_queue):
+    """verl hands the trainer's client to each agent-loop worker actor (pickled): there it is still verl's resuming
+    client with the recipe's layer beneath it, and starts with an empty record of its own."""
+    import ray
+
+    from recipe_dapo.trainers.v1.partial_rollout import DAPOFullyAsyncLLMServerClient
+
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm", "response_length": RESPONSE_LENGTH}}})
+    client = DAPOFullyAsyncLLMServerClient(config=config, load_balancer_handle=None)
+    client.partials.live[("g", 0)] = object()  # (the driver's: never shipped)
+
+    @ray.remote
+    def in_a_worker(shipped):
+        return [klass.__name__ for klass in type(shipped).__mro__], len(shipped.partials.live)
+
+    mro, recorded = ray.get(in_a_worker.remote(client))
+    assert mro[:4] == ["DAPOFullyAsyncLLMServerClient", "FullyAsyncLLMServerClient", "_RecordedAttempts",
+                       "LLMServerClient"] and recorded == 0
