@@ -138,7 +138,22 @@ def init_agent_loop_worker_tq(worker: Any, *args, **kwargs) -> None:
 
 declare(f"{AGENT_LOOP_WORKER_TQ}._run_agent_loop", how="overrides", checked=VERL,
         params=("sampling_params", "trajectory"), where="recipe_dapo.trainers.v1.agent_loop._DAPOAgentLoopWorkerTQ",
-        why="the one place a session's exception is seen in the agent-loop worker; the recipe records its summary")
+        why="the one place a session's exception is seen in the agent-loop worker; the recipe records its summary; "
+            "around each training session it also scopes the record of its attempts (partial_rollout)")
+declare(f"{AGENT_LOOP_WORKER_TQ}._run_prompt", how="overrides", checked=V1_ONLY,
+        params=("prompt", "sampling_params", "trajectory", "trace"),
+        where="recipe_dapo.trainers.v1.agent_loop._DAPOAgentLoopWorkerTQ",
+        why="a group's sessions have all settled: the record of their attempts is freed")
+declare("verl.workers.rollout.llm_server.LLMServerClient.generate", how="overrides", checked=V1_ONLY,
+        params=("request_id", "prompt_ids", "sampling_params"),
+        where="recipe_dapo.trainers.v1.partial_rollout._RecordedAttempts",
+        why="FullyAsyncLLMServerClient.generate calls it once per attempt (prompt + tokens so far; an aborted one is "
+            "sent again after the update): the recipe records each attempt and answers a resumed session's first "
+            "ones with its saved tokens, so that a checkpoint keeps and resumes the responses still generating")
+declare(f"{V1}._reissue_inflight_prompts", how="overrides", checked=V1_ONLY, params=("partition_id",),
+        where="recipe_dapo.trainers.v1.trainer.DAPOTrainerV1ColocateAsync",
+        why="the restored prompt rows carry their groups' saved responses to the workers verl sends them to; a resumed "
+            "group keeps the step it was submitted in")
 
 
 # ------------------------------------------------------------------------------------------------ trainer hooks
@@ -183,5 +198,6 @@ for _name, (_how, _params, _why) in _V1_HOOKS.items():
     declare(f"{V1}.{_name}", how=_how, checked=V1_ONLY if _name in _V1_ONLY_HOOKS else VERL, params=_params, why=_why,
             where=V1_ADAPTER)
 
-HOOKS = {CLASSIC: tuple(_CLASSIC_HOOKS), V1: tuple(_V1_HOOKS), AGENT_LOOP_WORKER_TQ: ("_run_agent_loop", "__init__")}
+HOOKS = {CLASSIC: tuple(_CLASSIC_HOOKS), V1: (*_V1_HOOKS, "_reissue_inflight_prompts"),
+         AGENT_LOOP_WORKER_TQ: ("_run_agent_loop", "_run_prompt", "__init__")}
 """verl class -> its private names the recipe's subclasses use (the layout test checks the trainers use no other)."""

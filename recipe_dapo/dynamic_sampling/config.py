@@ -159,7 +159,9 @@ class DynamicSamplingSettings:
     carried in flight from the last step counted), judges groups as they finish, and once the batch is full aborts
     what is still generating: the aborted responses keep their tokens and finish in the next step's round under the
     new weights (the behaviour-policy correction weights their older tokens). A prompt that could not be trained within
-    ``max_staleness`` steps if it were aborted again is finished before the step ends, never dropped for its age.
+    ``max_staleness`` steps if it were aborted again is finished before the step ends, never dropped for its age. A
+    checkpoint keeps the responses still generating (tokens, log-probs, versions) and a resumed run continues them
+    from their prefix; one older than ``max_staleness`` at the resume is dropped, counted and regenerated.
     Refused on the classic trainer (verl's generation call there returns only when every response of the batch has
     finished: an abort would lose the partial responses) and on v1 ``sync`` (it drains every prompt in flight)."""
 

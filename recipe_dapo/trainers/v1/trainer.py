@@ -30,6 +30,8 @@ from verl import DataProto
 from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
 
 from recipe_dapo.compat.verl import v1_tracking
+from recipe_dapo.dynamic_sampling import METRIC_PREFIX
+from recipe_dapo.dynamic_sampling.partial_responses import PartialResponse, ResumePlan, groups_state, resume_plan
 from recipe_dapo.overlong import TRUNCATED_COLUMN
 from recipe_dapo.policy_lag import row_lags
 from recipe_dapo.run.recipe_run import RecipeRun
@@ -37,6 +39,7 @@ from recipe_dapo.run.rollout_health import RolloutDied, StallWatch, is_fatal, su
 from recipe_dapo.tracking.metric_names import RESPONSE_TOKENS_METRIC
 from recipe_dapo.trainers.adapter import HoldsRecipeRun
 from recipe_dapo.trainers.table import v1_entry
+from recipe_dapo.trainers.v1.partial_rollout import PARTIAL_FIELD, DAPOFullyAsyncLLMServerClient
 from recipe_dapo.trainers.v1.phase_timing import install_tq_timing, timed_step, uninstall_tq_timing
 from recipe_dapo.trainers.v1.replay_buffer import DAPOReplayBuffer
 
@@ -64,6 +67,7 @@ class _DAPOOnV1(HoldsRecipeRun):
         """verl's step, with where its time went in this process beyond verl's timers (``phase_timing``:
         ``timing_s/tq_read``, ``tq_write``, ``gen_tq``, ``poll_wait``)."""
         self._step_metrics = metrics  # (verl's dict for the step: logged by on_step_end if the step ends there)
+        metrics.update(self.__dict__.pop("_resume_metrics", None) or {})  # the first step after a resume
         return timed_step(super().step, self.replay_buffer, metrics, timing_raw)
 
     def on_init_end(self):
@@ -256,8 +260,16 @@ class _DAPOOnV1(HoldsRecipeRun):
     def _save_checkpoint(self):
         """The sampler (with its pooled groups' trajectories) first, then verl's checkpoint (``RecipeRun``); a failed
         save (a full disk) removes the half-written folder and raises ``CheckpointWriteError`` (one line)."""
-        self.recipe.save_checkpoint(self.global_steps, {"replay_buffer": self.replay_buffer.state_dict()},
-                                    super()._save_checkpoint)
+        state = {"replay_buffer": self.replay_buffer.state_dict(), **self._rollout_state()}
+        self.recipe.save_checkpoint(self.global_steps, state, super()._save_checkpoint)
+
+    def _rollout_state(self) -> dict:
+        """What the checkpoint keeps of the rollout beyond verl's TransferQueue snapshot (sync: nothing)."""
+        return {}
+
+    def _restore_rollout_state(self, state: dict) -> str:
+        """The counterpart of :meth:`_rollout_state` after a resume; what the resume line says of it."""
+        return ""
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -268,7 +280,37 @@ class _DAPOOnV1(HoldsRecipeRun):
         self.replay_buffer.load_state_dict(state["replay_buffer"], restored_in_flight=self._restored_tq_prompt_count)
         in_flight = f"{self._restored_tq_prompt_count} prompts restored in flight" if not self.replay_buffer.drain else (
             "no prompts in flight (sync)")
+        restored = self._restore_rollout_state(state)
+        if restored:
+            in_flight += f"; {restored}"
         self.recipe.announce_resume(self.global_steps, self.replay_buffer.sampler.pooled_groups, in_flight)
+
+
+PARTIALS_TIMEOUT_S = 120.0
+"""Longest wait for the agent-loop workers' responses in flight when a checkpoint is saved."""
+
+
+def in_flight_births(partition_id: str = "train") -> dict:
+    """The groups still generating (prompt markers ``pending`` or ``running``, those verl re-issues on a resume): uid
+    -> the step each was submitted in (its ``global_steps`` tag)."""
+    items = (tq.kv_list(partition_id) or {}).get(partition_id, {})
+    return {key: int(tag.get("global_steps", 0)) for key, tag in items.items()
+            if tag.get("is_prompt", False) and tag.get("status") in ("pending", "running")}
+
+
+def groups_state_of(live: dict, born: dict) -> dict:
+    """``partial_responses.groups_state`` over the workers' answers (states, as the workers send them)."""
+    return groups_state({uid: {int(session): PartialResponse.from_state(state) for session, state in sessions.items()}
+                         for uid, sessions in live.items()}, born)
+
+
+def put_partial_field(rows: dict, partition_id: str) -> None:
+    """Write ``PARTIAL_FIELD`` into these prompt rows (uid -> the group's saved responses, session -> state)."""
+    from tensordict import NonTensorData, NonTensorStack
+
+    tq.kv_batch_put(keys=list(rows), partition_id=partition_id,
+                    fields=TensorDict({PARTIAL_FIELD: NonTensorStack(*[NonTensorData(row) for row in rows.values()])},
+                                      batch_size=len(rows)))
 
 
 def versions_of(tags: list, current: int) -> np.ndarray:
@@ -299,7 +341,71 @@ class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
     """verl's colocated async v1 trainer with DAPO's sampler: a step takes its batch as soon as it is full; prompts
     still generating are paused with the replicas and resume, with partial rollout, after the weight update, so their
     groups count toward the next steps (``DAPOReplayBuffer`` drops those older than verl's
-    ``trainer.v1.sampler.max_off_policy_threshold``)."""
+    ``trainer.v1.sampler.max_off_policy_threshold``). A checkpoint keeps those responses (``partial_rollout``), and a
+    resumed run continues them from their prefix."""
+
+    def get_llm_client(self):
+        """verl's resuming client, with the recipe's record of each attempt (``partial_rollout``)."""
+        return self.llm_server_manager.get_client(client_cls=DAPOFullyAsyncLLMServerClient)
+
+    # ---------------------------------------------------------------- responses in flight across a checkpoint
+
+    def _rollout_state(self) -> dict:
+        """The responses of the groups still generating (``dynamic_sampling.partial_responses``), read from the agent-
+        loop workers; verl's snapshot keeps only their prompts. If a worker cannot be read (a dead rollout), the
+        checkpoint is saved without them (warned): those groups are then regenerated from their prompts."""
+        born = in_flight_births()
+        workers = list(getattr(getattr(self, "agent_loop_manager", None), "agent_loop_workers", None) or [])
+        if not born or not workers:
+            return {"partial_responses": {}}
+        import ray
+
+        try:
+            answers = ray.get([worker.partial_responses.remote(list(born)) for worker in workers],
+                              timeout=PARTIALS_TIMEOUT_S)
+        except Exception as error:
+            logger.warning("step %d: the responses still generating could not be read from the agent-loop workers "
+                           "(%s); the checkpoint keeps their prompts only, a resume regenerates them",
+                           self.global_steps, summarize_error(error))
+            return {"partial_responses": {}}
+        live: dict = {}
+        for answer in answers:
+            for uid, sessions in answer.items():
+                live.setdefault(uid, {}).update(sessions)
+        return {"partial_responses": groups_state_of(live, born)}
+
+    def _restore_rollout_state(self, state: dict) -> str:
+        """The rule for the saved responses (``partial_responses.resume_plan``), applied when verl re-issues the
+        prompts (:meth:`_reissue_inflight_prompts`)."""
+        saved = state.get("partial_responses")
+        if not saved:
+            self._partial_plan = None
+            return ""
+        self._partial_plan = resume_plan(saved, resume_step=self.global_steps + 1,
+                                         max_staleness=int(self.replay_buffer.config.max_staleness),
+                                         in_flight=in_flight_births())
+        return self._partial_plan.summary()
+
+    def _reissue_inflight_prompts(self, partition_id: str = "train") -> int:
+        """verl's re-issue of the prompts restored in flight, each group's saved responses riding with its prompt row
+        (``partial_rollout.PARTIAL_FIELD``) to the worker that runs it; a resumed group keeps the step it was submitted
+        in (its marker's ``global_steps``, which verl's re-issue sets to the current step), so the staleness rules
+        count from its first token."""
+        plan: ResumePlan | None = self.__dict__.pop("_partial_plan", None)
+        if plan is None or partition_id != "train":
+            return super()._reissue_inflight_prompts(partition_id)
+        uids = list(in_flight_births(partition_id))
+        if uids:
+            put_partial_field({uid: {session: response.to_state() for session, response
+                                     in plan.resumed.get(uid, {}).items()} for uid in uids}, partition_id)
+        count = super()._reissue_inflight_prompts(partition_id)
+        if plan.born:
+            tq.kv_batch_put(keys=list(plan.born), partition_id=partition_id,
+                            tags=[{"global_steps": step} for step in plan.born.values()])
+        if uids:
+            put_partial_field({uid: {} for uid in uids}, partition_id)  # handed over: the rows no longer carry them
+        self._resume_metrics = plan.metrics(METRIC_PREFIX)
+        return count
 
     def on_train_begin(self):
         """verl's prefetch window (``colocate_async.num_warmup_batches``), submitted through the sampler's stream so
