@@ -461,7 +461,7 @@ def same_start(study: dict) -> list[str]:
     for seed in sorted({run["seed"] for run in study["runs"]}):
         runs = [run for run in study["runs"] if run["seed"] == seed and run["curves"]["step"][:1] == [1]]
         for sampling, members in (("dynamic sampling", [r for r in runs if r["arm"] not in unfiltered]),
-                                  ("one round per step", [r for r in runs if r["arm"] in unfiltered])):
+                                  ("without dynamic sampling", [r for r in runs if r["arm"] in unfiltered])):
             if len(members) < 2:
                 continue
             firsts = {(r["curves"]["train_acc"][0], r["curves"]["generated_tokens"][0]) for r in members}
