@@ -27,10 +27,11 @@ def _prm_selected(config: DictConfig) -> bool:
 def rule_process_reward_model(config: DictConfig, report: CheckReport) -> Iterable[str]:
     """``step_scorer=prm`` with verl's served reward model, the process-supervised objective, and a GPU."""
     from recipe_dapo.advantages import GRPO_PROCESS
-    from recipe_dapo.advantages.prm import FORMS
 
     if not _prm_selected(config):
         return
+    from recipe_dapo.advantages.prm import FORMS  # (imports torch: only for a run that asks for the PRM scorer)
+
     estimator = select(config, "algorithm.adv_estimator")
     if estimator != GRPO_PROCESS:
         yield (

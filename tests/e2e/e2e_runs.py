@@ -122,11 +122,11 @@ class Launch:
     def console(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def wait_for(self, text: str, timeout: float = 600) -> None:
+    def wait_for(self, text: str, timeout: float = 600, poll_s: float = 0.1) -> None:
         """Until ``text`` is on the console; fails if the run ends or the time runs out first."""
         deadline = time.monotonic() + timeout
         while text not in self.console() and self.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(poll_s)
         assert text in self.console(), f"{text!r} never came (exit {self.process.poll()}):\n{self.console()[-4000:]}"
 
     def end(self, timeout: float = 600) -> tuple[int, float]:
@@ -245,17 +245,21 @@ class Acted:
 
 
 def _resumed_after_step_1(copied: Path, work_dir: Path, assets: dict, trainer: str, *overrides: str,
-                          until: str, log_name: str) -> tuple[Path, "Launch"]:
+                          until: str, log_name: str) -> tuple[Path, "Launch", list]:
     """A copy of ``copied`` as a kill after step 1 left it, resumed with ``trainer``'s settings and ``overrides``,
-    waited on until ``until`` is on its console."""
+    waited on until ``until`` is on its console; with the launch's vLLM engine processes, found once its start-up line
+    is on the console (before the first step's line), so that an act on them follows ``until`` within milliseconds:
+    a step the pool fills needs no generation and can end within a second of the previous step's line."""
     folder = copy_as_killed_after(copied, 1, work_dir / "resumed")
     run = Launch(folder, assets, *TRAINERS[trainer], *overrides, log_name=log_name)
     try:
-        run.wait_for(until)
+        run.wait_for("start-up: ")
+        engines = run.descendants_named("EngineCore")
+        run.wait_for(until, poll_s=0.005)
     except BaseException:
         run.kill()
         raise
-    return folder, run
+    return folder, run, engines
 
 
 ENGINE_HOLD_S = 1.5
@@ -264,7 +268,7 @@ to leave the step it logged and enter the next one's generation, then to read it
 ``recipe_dapo.run.preemption.GIVE_UP_POLL_S``), on a loaded machine; far below the liveness probe's 10 s."""
 
 
-def sigterm_in_generation(run: "Launch") -> None:
+def sigterm_in_generation(run: "Launch", engines: list) -> None:
     """SIGTERM to the launch's process group while its next step generates, whatever the machine's load: the step
     logged on the console (the caller waited for it), the launch's vLLM engine processes are stopped (SIGSTOP), so no
     response of the next step can finish; the signal goes once the trainer had time to enter that step's generation,
@@ -273,7 +277,6 @@ def sigterm_in_generation(run: "Launch") -> None:
     (seen in CI: the step trained, and the run stopped after it)."""
     import psutil
 
-    engines = run.descendants_named("EngineCore")
     assert engines, f"no vLLM EngineCore process under the driver:\n{run.console()[-4000:]}"
     for engine in engines:
         engine.suspend()
@@ -293,11 +296,11 @@ def sigterm_in_generation(run: "Launch") -> None:
 def classic_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
     """The classic run resumed from step 1 (its settings without scheduled saves and validation, 4 steps), SIGTERM to
     its whole process group once step 2 is on the console (tests/e2e/test_e2e_dapo_cpu_on_cpu.py reads it)."""
-    folder, run = _resumed_after_step_1(
+    folder, run, engines = _resumed_after_step_1(
         copied, work_dir, assets, "classic", "trainer.total_training_steps=4", "trainer.test_freq=-1",
         "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", "trainer.rollout_data_dir=rollouts",
         until="step 2/4", log_name="signalled.log")
-    sigterm_in_generation(run)
+    sigterm_in_generation(run, engines)
     returncode, took = run.end()
     return Acted(folder, returncode, took, run.console())
 
@@ -306,10 +309,10 @@ def classic_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
 def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
     """The v1 run resumed from step 1 (4 steps, no scheduled save or validation), SIGTERM to its process group once
     step 2 is on the console."""
-    folder, run = _resumed_after_step_1(
+    folder, run, engines = _resumed_after_step_1(
         copied, work_dir, assets, "v1", "trainer.total_training_steps=4", "trainer.test_freq=-1",
         "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", until="step 2/4", log_name="signalled.log")
-    sigterm_in_generation(run)
+    sigterm_in_generation(run, engines)
     returncode, took = run.end()
     return Acted(folder, returncode, took, run.console())
 
@@ -318,14 +321,18 @@ def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
 def v1_engine_kill(copied: Path, work_dir: Path, assets: dict) -> Acted:
     """The v1 run resumed from step 1 in colocate_async mode with one round per step (3 steps, each saved), its vLLM
     engine processes killed (kill -9) once step 2 is on the console; ``found``: how many engines were killed."""
-    folder, run = _resumed_after_step_1(
+    import psutil
+
+    folder, run, engines = _resumed_after_step_1(
         copied, work_dir, assets, "v1", "trainer.v1.trainer_mode=colocate_async",
         "dapo.dynamic_sampling.one_round=true", "trainer.total_training_steps=3",
         "trainer.test_freq=-1", "trainer.save_freq=1", "dapo.overlong_filter.enable=true",
         until="step 2/3", log_name="resumed.log")
-    engines = run.descendants_named("EngineCore")
     for engine in engines:  # the engine dies under a running v1 step
-        engine.kill()
+        try:
+            engine.kill()
+        except psutil.Error:  # (gone already: found is still the engines there were)
+            pass
     if not engines:
         run.kill()
     returncode, took = run.end(timeout=300)
