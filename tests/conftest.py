@@ -201,6 +201,20 @@ def ray_runtime_env_as_verl_builds_it(config) -> dict:
     return OmegaConf.to_container(merged)
 
 
+@pytest.fixture(scope="module")
+def transfer_queue():
+    """verl's TransferQueue on a Ray cluster of the test module's own (v1's group store, as the v1 trainer runs it)."""
+    import ray
+    import transfer_queue as tq
+
+    # address="local": a cluster of its own, never one another process on the machine started (`ray start`).
+    ray.init(address="local", num_cpus=4, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    tq.init()
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def default_assets(tmp_path_factory):
     """The default run's inputs (synthetic data, BPE tokenizer, warmed-up tiny Qwen2), built once per session."""

@@ -276,19 +276,6 @@ def test_a_finished_session_of_an_unfinished_group_is_kept_and_not_regenerated()
 # ---------------------------------------------------------------------------------------------- TransferQueue and verl
 
 
-@pytest.fixture(scope="module")
-def transfer_queue():
-    import ray
-    import transfer_queue as tq
-
-    # address="local": a cluster of its own, never one another process on the machine started (`ray start`).
-    ray.init(address="local", num_cpus=4, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
-    tq.init()
-    yield tq
-    tq.close()
-    ray.shutdown()
-
-
 class WorkerHandle:
     """An agent-loop worker's actor handle as the trainer calls it: the recipe worker's own ``partial_responses``
     over the worker's client, answered through Ray's object store."""

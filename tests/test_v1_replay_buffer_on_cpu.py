@@ -25,19 +25,6 @@ BATCH = 3
 pytestmark = [pytest.mark.timeout(300), requires_verl_v1]
 
 
-@pytest.fixture(scope="module")
-def transfer_queue():
-    import ray
-    import transfer_queue as tq
-
-    # address="local": a cluster of its own, never one another process on the machine started (`ray start`).
-    ray.init(address="local", num_cpus=4, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
-    tq.init()
-    yield tq
-    tq.close()
-    ray.shutdown()
-
-
 class ScriptedRollouts:
     """Writes finished groups into TransferQueue; group i's accuracies come from ``outcomes`` (cycled)."""
 
