@@ -319,15 +319,17 @@ def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
 
 @acting_on("v1")
 def v1_engine_kill(copied: Path, work_dir: Path, assets: dict) -> Acted:
-    """The v1 run resumed from step 1 in colocate_async mode with one round per step (3 steps, each saved), its vLLM
-    engine processes killed (kill -9) once step 2 is on the console; ``found``: how many engines were killed."""
+    """The v1 run resumed from step 1 in colocate_async mode with one round per step (4 steps, each saved), its vLLM
+    engine processes killed (kill -9) once step 2 is on the console; ``found``: how many engines were killed. A step 3
+    that step 2's surplus fills needs no engine; the weight sync before step 4 does, so the death is met in step 3
+    either way (with 3 steps such a run finished without ever meeting it)."""
     import psutil
 
     folder, run, engines = _resumed_after_step_1(
         copied, work_dir, assets, "v1", "trainer.v1.trainer_mode=colocate_async",
-        "dapo.dynamic_sampling.one_round=true", "trainer.total_training_steps=3",
+        "dapo.dynamic_sampling.one_round=true", "trainer.total_training_steps=4",
         "trainer.test_freq=-1", "trainer.save_freq=1", "dapo.overlong_filter.enable=true",
-        until="step 2/3", log_name="resumed.log")
+        until="step 2/4", log_name="resumed.log")
     for engine in engines:  # the engine dies under a running v1 step
         try:
             engine.kill()
