@@ -113,6 +113,7 @@ class Launch:
         """``env``: the script's environment (default: ``default_script_env`` of this moment). The launch is a
         process group of its own (the driver, Ray's GCS and raylet), which ``kill`` ends."""
         work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir = work_dir
         self.log = work_dir / log_name
         with open(self.log, "w") as out:
             self.process = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_dapo_cpu.sh"), *overrides],
@@ -128,6 +129,25 @@ class Launch:
         while text not in self.console() and self.process.poll() is None and time.monotonic() < deadline:
             time.sleep(poll_s)
         assert text in self.console(), f"{text!r} never came (exit {self.process.poll()}):\n{self.console()[-4000:]}"
+
+    def step_logged(self, step: int) -> bool:
+        """The run's metrics file holds a line of ``step``. The trainer writes that file itself, unbuffered, as the step
+        ends; its console line reaches the driver through Ray's log monitor, which on a loaded machine forwards it
+        seconds later, by when a short next step can be over (seen in CI: a v1 step 3 of 1.4 s had trained before an
+        act on step 2's console line)."""
+        marker = b'{"step":%d,' % step
+        try:
+            return any(line.startswith(marker) for line in metrics_file(self.work_dir).read_bytes().split(b"\n")[:-1])
+        except FileNotFoundError:
+            return False
+
+    def wait_until(self, condition, what: str, timeout: float = 600, poll_s: float = 0.005) -> None:
+        """Until ``condition()`` holds (checked every ``poll_s``); fails, saying ``what`` was awaited, if the run ends
+        or the time runs out first."""
+        deadline = time.monotonic() + timeout
+        while not condition() and self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        assert condition(), f"{what} never came (exit {self.process.poll()}):\n{self.console()[-4000:]}"
 
     def end(self, timeout: float = 600) -> tuple[int, float]:
         """The exit status, and the seconds it took from this call."""
@@ -245,17 +265,22 @@ class Acted:
 
 
 def _resumed_after_step_1(copied: Path, work_dir: Path, assets: dict, trainer: str, *overrides: str,
-                          until: str, log_name: str) -> tuple[Path, "Launch", list]:
+                          until_step: int, log_name: str) -> tuple[Path, "Launch", list]:
     """A copy of ``copied`` as a kill after step 1 left it, resumed with ``trainer``'s settings and ``overrides``,
-    waited on until ``until`` is on its console; with the launch's vLLM engine processes, found once its start-up line
-    is on the console (before the first step's line), so that an act on them follows ``until`` within milliseconds:
-    a step the pool fills needs no generation and can end within a second of the previous step's line."""
+    waited on until its metrics file holds step ``until_step`` (``Launch.step_logged``, within milliseconds of the
+    step's end: a next step the pool fills needs little or no generation and can end within a second); with the
+    launch's vLLM engine processes, found once the resumed process has set the copy's later lines aside (it opens its
+    metrics file after its workers and engines started, well before its first step ends), so that an act on them
+    needs no search. The console is no clock here: Ray forwards its lines late on a loaded machine, and the start-up
+    line comes with the first step's."""
     folder = copy_as_killed_after(copied, 1, work_dir / "resumed")
     run = Launch(folder, assets, *TRAINERS[trainer], *overrides, log_name=log_name)
     try:
-        run.wait_for("start-up: ")
+        assert run.step_logged(until_step), f"the copy of {copied} has no line of step {until_step} to set aside"
+        run.wait_until(lambda: not run.step_logged(until_step),
+                       "the resumed process setting the copy's later metrics aside", poll_s=0.05)
         engines = run.descendants_named("EngineCore")
-        run.wait_for(until, poll_s=0.005)
+        run.wait_until(lambda: run.step_logged(until_step), f"a line of step {until_step} in the metrics file")
     except BaseException:
         run.kill()
         raise
@@ -295,11 +320,11 @@ def sigterm_in_generation(run: "Launch", engines: list) -> None:
 @acting_on("classic")
 def classic_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
     """The classic run resumed from step 1 (its settings without scheduled saves and validation, 4 steps), SIGTERM to
-    its whole process group once step 2 is on the console (tests/e2e/test_e2e_dapo_cpu_on_cpu.py reads it)."""
+    its whole process group once step 2 is in its metrics file (tests/e2e/test_e2e_dapo_cpu_on_cpu.py reads it)."""
     folder, run, engines = _resumed_after_step_1(
         copied, work_dir, assets, "classic", "trainer.total_training_steps=4", "trainer.test_freq=-1",
         "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", "trainer.rollout_data_dir=rollouts",
-        until="step 2/4", log_name="signalled.log")
+        until_step=2, log_name="signalled.log")
     sigterm_in_generation(run, engines)
     returncode, took = run.end()
     return Acted(folder, returncode, took, run.console())
@@ -311,7 +336,7 @@ def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
     step 2 is on the console."""
     folder, run, engines = _resumed_after_step_1(
         copied, work_dir, assets, "v1", "trainer.total_training_steps=4", "trainer.test_freq=-1",
-        "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", until="step 2/4", log_name="signalled.log")
+        "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", until_step=2, log_name="signalled.log")
     sigterm_in_generation(run, engines)
     returncode, took = run.end()
     return Acted(folder, returncode, took, run.console())
@@ -320,7 +345,7 @@ def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
 @acting_on("v1")
 def v1_engine_kill(copied: Path, work_dir: Path, assets: dict) -> Acted:
     """The v1 run resumed from step 1 in colocate_async mode with one round per step (4 steps, each saved), its vLLM
-    engine processes killed (kill -9) once step 2 is on the console; ``found``: how many engines were killed. A step 3
+    engine processes killed (kill -9) once step 2 is in its metrics file; ``found``: how many engines were killed. A step 3
     that step 2's surplus fills needs no engine; the weight sync before step 4 does, so the death is met in step 3
     either way (with 3 steps such a run finished without ever meeting it)."""
     import psutil
@@ -329,7 +354,7 @@ def v1_engine_kill(copied: Path, work_dir: Path, assets: dict) -> Acted:
         copied, work_dir, assets, "v1", "trainer.v1.trainer_mode=colocate_async",
         "dapo.dynamic_sampling.one_round=true", "trainer.total_training_steps=4",
         "trainer.test_freq=-1", "trainer.save_freq=1", "dapo.overlong_filter.enable=true",
-        until="step 2/4", log_name="resumed.log")
+        until_step=2, log_name="resumed.log")
     for engine in engines:  # the engine dies under a running v1 step
         try:
             engine.kill()

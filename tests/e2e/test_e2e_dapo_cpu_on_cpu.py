@@ -242,7 +242,7 @@ def test_sigterm_in_generation_gives_the_step_up_and_saves_the_state_the_uninter
       responses (seeded rollouts, on with platform=cpu) and the same loss: the sampler's pooled groups, the prompt
       stream and the dataloader came back from the checkpoint;
     - SIGTERM to the launch's whole process group (as ``kill -TERM -PGID`` sends it: the driver, and Ray's processes
-      unless they run in a session of their own) once step 2 is on the console, while step 3 generates: the trainer
+      unless they run in a session of their own) once step 2 is in its metrics file, while step 3 generates: the trainer
       gives step 3 up (the rollout call is interrupted, the engines' requests aborted), puts the sampler, the prompt
       stream and the dataloader back where step 3 found them and saves that as step 2's checkpoint (no save was
       scheduled: save_freq=-1); the console says where to resume from and the launch exits 143 within the default
@@ -250,7 +250,7 @@ def test_sigterm_in_generation_gives_the_step_up_and_saves_the_state_the_uninter
       2 holds (weights, optimizer, the sampler's pool and counters, the prompt stream, the dataloader): nothing of the
       given-up step is left, and a rerun trains step 3 on the same prompts as the uninterrupted run.
 
-    The act holds the launch's vLLM engines still from the moment step 2 is on the console until the trainer has read
+    The act holds the launch's vLLM engines still from the moment step 2 is in the metrics file until the trainer has read
     its flag (``e2e_runs.sigterm_in_generation``), so the signal lands in step 3's generation on a machine of any
     load: the test fails unless the run says step 3 was given up, and its metrics file holds no line of step 3
     (``bench/preemption.py`` counts how often an unheld signal lands elsewhere)."""
@@ -294,7 +294,7 @@ def test_sigterm_in_generation_gives_the_step_up_and_saves_the_state_the_uninter
 def test_v1_sigterm_to_the_process_group_saves_a_checkpoint_a_rerun_resumes_from(v1_run, v1_sigterm_run):
     """The v1 trainer pre-empted as schedulers do it: a copy of the v1 run as a kill after step 1 left it, resumed,
     gets SIGTERM on its whole process group while step 3 waits for its groups (the act holds the vLLM engines still
-    from the moment step 2 is on the console until the flag has been read, ``e2e_runs.sigterm_in_generation``: the
+    from the moment step 2 is in the metrics file until the flag has been read, ``e2e_runs.sigterm_in_generation``: the
     groups step 2 carried over can fill half of step 3's batch, and unheld the rest could arrive before the flag on a
     loaded machine). The trainer gives step 3 up (sync mode: the sampler and the dataloader back where step 3 found
     them) and saves that as step 2's checkpoint where verl saves (no save was scheduled: save_freq=-1); the test fails
