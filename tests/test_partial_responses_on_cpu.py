@@ -273,6 +273,57 @@ def test_a_finished_session_of_an_unfinished_group_is_kept_and_not_regenerated()
     assert (output.extra_fields["min_global_steps"], output.extra_fields["max_global_steps"]) == (2, 3)
 
 
+def test_a_checkpoint_during_a_replay_saves_the_whole_saved_response_not_the_part_replayed_so_far():
+    """verl's loop waits a second after each aborted attempt, so a resumed session of several saved attempts is still
+    replaying when a step the pool filled saves again: the record holds the part replayed, the save must hold all."""
+    from recipe_dapo.dynamic_sampling.partial_responses import PartialResponse
+    from recipe_dapo.trainers.v1.partial_rollout import PartialBook
+
+    tokens, log_probs = uninterrupted()
+    saved = PartialResponse(list(PROMPT))
+    saved.record(PROMPT, tokens[:3], log_probs[:3], version=2, stop_reason="aborted")
+    saved.record(PROMPT + tokens[:3], tokens[3:7], log_probs[3:7], version=3, stop_reason="aborted")
+    book = PartialBook()
+    book.seed(("g", 0), saved)
+    first = book.replay(("g", 0), list(PROMPT))
+    book.record(("g", 0), list(PROMPT), first)  # one of two attempts replayed
+    assert book.live[("g", 0)].num_tokens == 3
+    kept = book.groups()["g"][0]
+    assert kept.token_ids == tokens[:7] and kept.versions == [2] * 3 + [3] * 4
+    second = book.replay(("g", 0), list(PROMPT) + tokens[:3])
+    book.record(("g", 0), list(PROMPT) + tokens[:3], second)  # replay over: the record is the response again
+    assert book.groups()["g"][0] == saved and book.replayed_sessions == 1
+
+
+def test_a_worker_that_cannot_be_read_at_a_checkpoint_costs_its_own_groups_only(transfer_queue, caplog):
+    import ray
+
+    tq = transfer_queue
+    listing = (tq.kv_list("train") or {}).get("train", {})
+    if listing:
+        tq.kv_clear(keys=list(listing), partition_id="train")
+    tq.kv_batch_put(keys=["alive", "lost"], partition_id="train",
+                    tags=[{"is_prompt": True, "status": "running", "global_steps": 4}] * 2)
+
+    @ray.remote
+    def dead_worker(uids):
+        raise RuntimeError("the agent-loop worker died")
+
+    async def scenario():
+        engine = PrefixEngine(version=3)
+        client = client_for(engine)
+        tasks = await start_and_abort(client, engine, [("alive", 0, PROMPT, 5)])
+        dead = SimpleNamespace(partial_responses=SimpleNamespace(remote=dead_worker.remote))
+        state = bare_trainer(4, SimpleNamespace(agent_loop_workers=[WorkerHandle(client), dead]))._rollout_state()
+        tasks.cancel()
+        return state
+
+    with caplog.at_level("WARNING"):
+        state = asyncio.run(scenario())
+    assert set(state["partial_responses"]) == {"alive"}  # the readable worker's responses are saved
+    assert "1 of 2 agent-loop workers could not be read" in caplog.text and "worker died" in caplog.text
+
+
 # ---------------------------------------------------------------------------------------------- TransferQueue and verl
 
 
@@ -417,8 +468,15 @@ def test_a_checkpoint_in_transfer_queue_resumes_the_partial_through_verls_reissu
         assert saved["log_probs"].tolist() == recorded.log_probs  # bit-identical floats
         assert saved["versions"].tolist() == recorded.versions == [3] * len(recorded.token_ids)
 
-    captured = []
-    trainer = bare_trainer(4, SimpleNamespace(generate_sequences=captured.append), max_staleness=1)
+    captured, at_dispatch = [], []
+
+    def dispatch(batch):  # verl's manager hands the batch to the workers, whose first act rewrites each marker's tag
+        at_dispatch.append(({uid: dict(tag) for uid, tag in tq.kv_list("train")["train"].items()},
+                            tq.kv_batch_get(keys=uids, partition_id="train", select_fields=[PARTIAL_FIELD])))
+        captured.append(batch)
+
+    manager = SimpleNamespace(generate_sequences=dispatch)
+    trainer = bare_trainer(4, manager, max_staleness=1)
     line = trainer._restore_rollout_state({"partial_responses": loaded})
     assert line == ("partial responses resumed from their prefix: 1 (5 tokens), dropped as older than max_staleness: "
                     "1 (2 tokens)")
@@ -426,6 +484,12 @@ def test_a_checkpoint_in_transfer_queue_resumes_the_partial_through_verls_reissu
     assert trainer._reissue_inflight_prompts() == 3
     tags = tq.kv_list("train")["train"]
     assert {uid: tags[uid]["global_steps"] for uid in uids} == {"young": 4, "old": 5, "idle": 5}
+    # Written before the dispatch, not after: once dispatched, a worker's marker write (status running) rewrites the
+    # whole tag and could undo a write that raced it.
+    (tags_then, fields_then), = at_dispatch
+    assert {uid: tags_then[uid]["global_steps"] for uid in uids} == {"young": 4, "old": 5, "idle": 5}
+    assert all(not getattr(row, "data", row) for row in fields_then[PARTIAL_FIELD])
+    assert manager.generate_sequences is dispatch  # the manager's own dispatch is back
     assert trainer._resume_metrics["dynamic_sampling/resumed_partial_responses"] == 1
     assert trainer._resume_metrics["dynamic_sampling/resumed_partial_tokens"] == 5
     assert trainer._resume_metrics["dynamic_sampling/dropped_partial_responses"] == 1

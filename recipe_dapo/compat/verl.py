@@ -106,6 +106,34 @@ def wrap_update_weights(checkpoint_manager: Any, wrap: Callable[[Callable], Call
     return restore
 
 
+@touches("verl.trainer.ppo.v1.agent_loop_tq.AgentLoopManagerTQ.generate_sequences", how="wraps", checked=V1_ONLY,
+         params=("prompts",),
+         why="verl's re-issue of the prompts in flight at a checkpoint reads their rows, marks them pending at the "
+             "current step and dispatches them in one call; the recipe writes each resumed group's submission step "
+             "back between the marking and the dispatch (a worker's marker write, once dispatched, rewrites the whole "
+             "tag)")
+@contextlib.contextmanager
+def before_dispatch(agent_loop_manager: Any, action: Callable[[], None]):
+    """While the block runs, ``agent_loop_manager.generate_sequences`` (this one object) runs ``action()`` and then
+    verl's dispatch."""
+    dispatch = agent_loop_manager.generate_sequences
+    own = "generate_sequences" in vars(agent_loop_manager)  # (an attribute of the object itself, not its class's)
+
+    def dispatched_after(prompts):
+        action()
+        return dispatch(prompts)
+
+    agent_loop_manager.generate_sequences = dispatched_after
+    try:
+        yield
+    finally:
+        if vars(agent_loop_manager).get("generate_sequences") is dispatched_after:
+            if own:
+                agent_loop_manager.generate_sequences = dispatch
+            else:
+                del agent_loop_manager.generate_sequences
+
+
 # ------------------------------------------------------------------------------------------------ the copied fit step
 
 COPIED_FIT = f"{CLASSIC}.fit"

@@ -148,7 +148,11 @@ class PartialResponse:
             start += length
         if start != len(tokens):
             raise ValueError(f"a saved partial response has {len(tokens)} tokens but segments of {start}")
-        return cls(state["prompt_ids"].tolist(), segments, state["stop_reason"])
+        response = cls(state["prompt_ids"].tolist(), segments, state["stop_reason"])
+        saved_versions = state.get("versions")
+        if saved_versions is not None and [-1 if v is None else v for v in response.versions] != saved_versions.tolist():
+            raise ValueError("a saved partial response's per-token versions disagree with its segments' versions")
+        return response
 
 
 # ---------------------------------------------------------------------------------------------- a checkpoint's groups

@@ -51,6 +51,7 @@ class PartialBook:
         self._replay: Dict[SessionKey, Tuple[PartialResponse, int]] = {}  # saved response, segments replayed
         self.replayed_sessions = 0
         self.unused_sessions = 0
+        self._routing_warned = False
 
     def seed(self, key: SessionKey, saved: PartialResponse) -> None:
         """A resumed session: its saved response is replayed before any server is asked."""
@@ -89,6 +90,10 @@ class PartialBook:
         if output.routed_experts is not None:
             # The prefix's expert routing is not saved: such a response cannot be resumed faithfully.
             self.live.pop(key, None)
+            if not self._routing_warned:
+                self._routing_warned = True
+                logger.warning("responses with MoE routing replay are not kept across a checkpoint (their prefix's "
+                               "expert routing is not saved): a resume regenerates them from their prompts")
             return
         try:
             response.record(prompt_ids, output.token_ids, output.log_probs, output.extra_fields.get("global_steps"),
@@ -105,9 +110,15 @@ class PartialBook:
             self.unused_sessions += 1
 
     def groups(self) -> Dict[str, Dict[int, PartialResponse]]:
+        """Per group, each session's response so far; a resumed session whose replay has not ended (verl's loop waits a
+        second after each aborted attempt) counts with its whole saved response, which its replay will reach."""
         out: Dict[str, Dict[int, PartialResponse]] = {}
         for (uid, session), response in self.live.items():
             out.setdefault(uid, {})[session] = response
+        for (uid, session), (saved, _) in self._replay.items():
+            recorded = out.get(uid, {}).get(session)
+            if recorded is None or recorded.num_tokens < saved.num_tokens:
+                out.setdefault(uid, {})[session] = saved
         return out
 
 

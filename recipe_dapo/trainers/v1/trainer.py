@@ -29,7 +29,7 @@ from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
 
-from recipe_dapo.compat.verl import v1_tracking
+from recipe_dapo.compat.verl import before_dispatch, v1_tracking
 from recipe_dapo.dynamic_sampling import METRIC_PREFIX
 from recipe_dapo.dynamic_sampling.partial_responses import PartialResponse, ResumePlan, groups_state, resume_plan
 from recipe_dapo.overlong import TRUNCATED_COLUMN
@@ -352,26 +352,33 @@ class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
 
     def _rollout_state(self) -> dict:
         """The responses of the groups still generating (``dynamic_sampling.partial_responses``), read from the agent-
-        loop workers; verl's snapshot keeps only their prompts. If a worker cannot be read (a dead rollout), the
-        checkpoint is saved without them (warned): those groups are then regenerated from their prompts."""
+        loop workers; verl's snapshot keeps only their prompts. A worker that cannot be read (a dead rollout, no answer
+        within ``PARTIALS_TIMEOUT_S``) is warned about and its groups' responses are not saved: a resume regenerates
+        those from their prompts; the other workers' are saved."""
         born = in_flight_births()
         workers = list(getattr(getattr(self, "agent_loop_manager", None), "agent_loop_workers", None) or [])
         if not born or not workers:
             return {"partial_responses": {}}
         import ray
 
-        try:
-            answers = ray.get([worker.partial_responses.remote(list(born)) for worker in workers],
-                              timeout=PARTIALS_TIMEOUT_S)
-        except Exception as error:
-            logger.warning("step %d: the responses still generating could not be read from the agent-loop workers "
-                           "(%s); the checkpoint keeps their prompts only, a resume regenerates them",
-                           self.global_steps, summarize_error(error))
-            return {"partial_responses": {}}
+        refs = [worker.partial_responses.remote(list(born)) for worker in workers]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=PARTIALS_TIMEOUT_S)
         live: dict = {}
-        for answer in answers:
+        failed: list[str] = []
+        for ref in ready:
+            try:
+                answer = ray.get(ref)
+            except ray.exceptions.RayError as error:
+                failed.append(summarize_error(error))
+                continue
             for uid, sessions in answer.items():
                 live.setdefault(uid, {}).update(sessions)
+        silent = len(refs) - len(ready)
+        if failed or silent:
+            why = failed + ([f"{silent} gave no answer within {PARTIALS_TIMEOUT_S} s"] if silent else [])
+            logger.warning("step %d: %d of %d agent-loop workers could not be read for the responses still generating "
+                           "(%s); the checkpoint keeps their groups' prompts only, a resume regenerates those",
+                           self.global_steps, len(failed) + silent, len(refs), "; ".join(why))
         return {"partial_responses": groups_state_of(live, born)}
 
     def _restore_rollout_state(self, state: dict) -> str:
@@ -388,22 +395,29 @@ class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
 
     def _reissue_inflight_prompts(self, partition_id: str = "train") -> int:
         """verl's re-issue of the prompts restored in flight, each group's saved responses riding with its prompt row
-        (``partial_rollout.PARTIAL_FIELD``) to the worker that runs it; a resumed group keeps the step it was submitted
-        in (its marker's ``global_steps``, which verl's re-issue sets to the current step), so the staleness rules
-        count from its first token."""
+        (``partial_rollout.PARTIAL_FIELD``) to the worker that runs it. A resumed group keeps the step it was submitted
+        in (its marker's ``global_steps``, which verl's re-issue sets to the current step), so the staleness rules count
+        its age from its submission (its first token may be later: an upper bound). Those markers are written back
+        after verl's and before verl dispatches the prompts: a worker's own marker write (``running``) rewrites the
+        whole tag, so a write racing it could be lost."""
         plan: ResumePlan | None = self.__dict__.pop("_partial_plan", None)
         if plan is None or partition_id != "train":
             return super()._reissue_inflight_prompts(partition_id)
         uids = list(in_flight_births(partition_id))
+        born = {uid: step for uid, step in plan.born.items() if uid in set(uids)}
         if uids:
             put_partial_field({uid: {session: response.to_state() for session, response
                                      in plan.resumed.get(uid, {}).items()} for uid in uids}, partition_id)
-        count = super()._reissue_inflight_prompts(partition_id)
-        if plan.born:
-            tq.kv_batch_put(keys=list(plan.born), partition_id=partition_id,
-                            tags=[{"global_steps": step} for step in plan.born.values()])
-        if uids:
-            put_partial_field({uid: {} for uid in uids}, partition_id)  # handed over: the rows no longer carry them
+
+        def hand_over() -> None:  # verl has read the rows (the batch carries the responses) and marked them pending
+            if born:
+                tq.kv_batch_put(keys=list(born), partition_id=partition_id,
+                                tags=[{"global_steps": step} for step in born.values()])
+            if uids:
+                put_partial_field({uid: {} for uid in uids}, partition_id)  # the rows no longer carry them
+
+        with before_dispatch(self.agent_loop_manager, hand_over):
+            count = super()._reissue_inflight_prompts(partition_id)
         self._resume_metrics = plan.metrics(METRIC_PREFIX)
         return count
 
