@@ -324,6 +324,43 @@ def test_a_worker_that_cannot_be_read_at_a_checkpoint_costs_its_own_groups_only(
     assert "1 of 2 agent-loop workers could not be read" in caplog.text and "worker died" in caplog.text
 
 
+def test_a_stopping_runs_save_waits_seconds_not_minutes_for_a_worker_that_does_not_answer(transfer_queue, caplog):
+    """A signal's grace (30 s by default) is for the whole save: a hung worker must not use it up."""
+    import time
+
+    import ray
+
+    from recipe_dapo.trainers.v1.trainer import PARTIALS_TIMEOUT_STOPPING_S
+
+    tq = transfer_queue
+    listing = (tq.kv_list("train") or {}).get("train", {})
+    if listing:
+        tq.kv_clear(keys=list(listing), partition_id="train")
+    tq.kv_batch_put(keys=["g"], partition_id="train", tags=[{"is_prompt": True, "status": "running", "global_steps": 4}])
+    started = []
+
+    @ray.remote
+    def hung_worker(uids):
+        time.sleep(60)
+
+    def remote(uids):
+        started.append(hung_worker.remote(uids))
+        return started[-1]
+
+    trainer = bare_trainer(4, SimpleNamespace(agent_loop_workers=[SimpleNamespace(
+        partial_responses=SimpleNamespace(remote=remote))]))
+    trainer.__dict__["_recipe_run"] = SimpleNamespace(stopped_by="SIGTERM")  # the run was signalled
+    began = time.monotonic()
+    with caplog.at_level("WARNING"):
+        state = trainer._rollout_state()
+    took = time.monotonic() - began
+    for ref in started:
+        ray.cancel(ref, force=True)
+    assert state == {"partial_responses": {}}
+    assert PARTIALS_TIMEOUT_STOPPING_S <= took < PARTIALS_TIMEOUT_STOPPING_S + 10, took
+    assert f"1 gave no answer within {PARTIALS_TIMEOUT_STOPPING_S:g} s" in caplog.text
+
+
 # ---------------------------------------------------------------------------------------------- TransferQueue and verl
 
 

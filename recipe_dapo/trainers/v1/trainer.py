@@ -288,6 +288,9 @@ class _DAPOOnV1(HoldsRecipeRun):
 
 PARTIALS_TIMEOUT_S = 120.0
 """Longest wait for the agent-loop workers' responses in flight when a checkpoint is saved."""
+PARTIALS_TIMEOUT_STOPPING_S = 5.0
+"""The same wait in the save of a run that was asked to stop (a signal): its grace (``dapo.preemption.grace_s``, 30 s
+by default) is for the whole save; a worker answers in milliseconds when it answers at all."""
 
 
 def in_flight_births(partition_id: str = "train") -> dict:
@@ -353,7 +356,7 @@ class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
     def _rollout_state(self) -> dict:
         """The responses of the groups still generating (``dynamic_sampling.partial_responses``), read from the agent-
         loop workers; verl's snapshot keeps only their prompts. A worker that cannot be read (a dead rollout, no answer
-        within ``PARTIALS_TIMEOUT_S``) is warned about and its groups' responses are not saved: a resume regenerates
+        within ``PARTIALS_TIMEOUT_S``, or ``PARTIALS_TIMEOUT_STOPPING_S`` in a stopping run's save) is warned about and its groups' responses are not saved: a resume regenerates
         those from their prompts; the other workers' are saved."""
         born = in_flight_births()
         workers = list(getattr(getattr(self, "agent_loop_manager", None), "agent_loop_workers", None) or [])
@@ -362,7 +365,9 @@ class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
         import ray
 
         refs = [worker.partial_responses.remote(list(born)) for worker in workers]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=PARTIALS_TIMEOUT_S)
+        stopping = getattr(getattr(self, "recipe", None), "stopped_by", None)
+        wait_s = PARTIALS_TIMEOUT_STOPPING_S if stopping else PARTIALS_TIMEOUT_S
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
         live: dict = {}
         failed: list[str] = []
         for ref in ready:
@@ -375,7 +380,7 @@ class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
                 live.setdefault(uid, {}).update(sessions)
         silent = len(refs) - len(ready)
         if failed or silent:
-            why = failed + ([f"{silent} gave no answer within {PARTIALS_TIMEOUT_S} s"] if silent else [])
+            why = failed + ([f"{silent} gave no answer within {wait_s:g} s"] if silent else [])
             logger.warning("step %d: %d of %d agent-loop workers could not be read for the responses still generating "
                            "(%s); the checkpoint keeps their groups' prompts only, a resume regenerates those",
                            self.global_steps, len(failed) + silent, len(refs), "; ".join(why))
