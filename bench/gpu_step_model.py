@@ -93,8 +93,9 @@ What the model shows (figures: the default run, see docs/design.md):
 
 - Generation is throughput-bound: over a run every submitted prompt is generated once (aborted work resumes, it is
   not lost), so a step costs at least its generated tokens over the replicas' peak rate (32 x 256 / 35.6 ms = 230k
-  tokens/s: 427 s at keep 0.45). Deficit rounds are 1.4x that floor at keep 0.45 (mostly one round per step already,
-  thanks to the margin and the carry-over), the one-round mode 1.27x. What the one-round mode does not recover: a group
+  tokens/s: 416 s at keep 0.45 for the trained groups' ideal tokens, printed under the headline). Deficit rounds are
+  1.44x that floor at keep 0.45 (mostly one round per step already, thanks to the margin and the carry-over), the
+  one-round mode 1.33x. What the one-round mode does not recover: a group
   is judged only when the slowest of its 16 responses ends, and a submission sized at confidence 0.9 is only ~5% above
   the expected need, so the batch needs nearly all of the round's groups, hence nearly all of their responses; the
   queues empty and the last ~40% of the step runs at about a third of the 256 sequences per replica. A higher
@@ -113,7 +114,15 @@ The last line: ``RESULT one_round_over_rounds=<gen time one_round / deficit> one
 v1> gen_over_ideal=<one_round's> trained_length_shift=<one_round's>``, averaged over the settings with keep rate
 0.3-0.6 and the paper's lengths.
 
-Run: python bench/gpu_step_model.py [--quick] [--confidence 0.9] [--steps 18] [--confidences 0.5,0.75,0.9,0.97]
+After the headline, the throughput floor of each headline keep rate: the trained groups' ideal tokens at the
+replicas' peak rate (every replica decoding ``CONCURRENCY`` sequences, no prefill), against which the one-round mode's
+time and the step-time targets are given as multiples. ``--staleness 1,2,3`` runs the deficit, v1 and one-round modes
+again with each ``max_staleness`` (whether the bound is what holds the one-round mode back).
+
+The last RESULT field ``one_round_over_floor``: the one-round mode's generation time over the floor, averaged over the
+headline keep rates.
+
+Run: python bench/gpu_step_model.py [--quick] [--confidence 0.9] [--steps 18] [--confidences 0.5,0.75,0.9,0.97] [--staleness 1,2,3]
 (about 2 minutes on one core by default, 3 with ``--keeps 0.3,0.45,0.6`` and the four confidences; ``--quick``: a scaled-down system for tests, whose figures are mostly noise.)
 """
 
@@ -580,13 +589,16 @@ class Recorder:
         self.finished_lengths.extend(int(x) for x in lengths)
 
 
-def sampler_for(mode: str, system: System, confidence: float = DEFAULT_CONFIDENCE) -> DynamicSampler:
+def sampler_for(mode: str, system: System, confidence: float = DEFAULT_CONFIDENCE,
+                max_staleness: int | None = None) -> DynamicSampler:
     own = {
         "deficit": {},
         "whole": {"round_sizing": "whole", "max_staleness": 0},
         "v1": {},
         "one_round": {"one_round": True, "one_round_confidence": confidence},  # the default max_staleness, 1
     }[mode]
+    if max_staleness is not None and mode != "whole":
+        own = {**own, "max_staleness": max_staleness}
     config = DynamicSamplingConfig.from_config(
         {"enable": True, "metric": "acc", "max_num_gen_batches": MAX_NUM_GEN_BATCHES},
         own,
@@ -616,10 +628,12 @@ class StepRecord:
 
 
 def run_mode(mode: str, world: World, system: System, steps: int, confidence: float = DEFAULT_CONFIDENCE,
-             drop_aborted: bool = False, report_overdue: bool = True) -> tuple[list[StepRecord], dict]:
+             drop_aborted: bool = False, report_overdue: bool = True,
+             max_staleness: int | None = None) -> tuple[list[StepRecord], dict]:
     """One training run of ``steps`` steps through the recipe's sampler; per-step records and the run's accounts.
-    ``drop_aborted`` and ``report_overdue=False`` are broken variants of the one-round mode (tests)."""
-    sampler = sampler_for(mode, system, confidence)
+    ``drop_aborted`` and ``report_overdue=False`` are broken variants of the one-round mode (tests);
+    ``max_staleness``: the sampler's bound (default: the recipe's, 1)."""
+    sampler = sampler_for(mode, system, confidence, max_staleness)
     recorder = Recorder()
     records = []
     accounts: dict = {"recorder": recorder, "sampler": sampler}
@@ -702,10 +716,17 @@ class Summary:
     trained_per_step: float
     prompts_per_step: float
     first_step_prompts: int
+    floor_s: float  # the step's generated tokens at the replicas' peak rate
+    ideal_floor_s: float  # the tokens the trained groups needed and nothing else, at that rate
+
+
+def peak_tokens_per_s(system: System) -> float:
+    """Every replica decoding ``concurrency`` sequences at once, nothing else (no prefill, no idle slot)."""
+    return system.replicas * system.concurrency / (system.decode_fixed_s + system.decode_per_seq_s * system.concurrency)
 
 
 def summarize(mode: str, lengths: str, world: World, reference: dict, records: list[StepRecord],
-              recorder: Recorder, warmup: int) -> Summary:
+              recorder: Recorder, warmup: int, system: System) -> Summary:
     window = records[warmup:]
     trained = np.concatenate([r.trained_lengths for r in window])
     prompts = np.concatenate([r.trained_prompts for r in window])
@@ -732,6 +753,8 @@ def summarize(mode: str, lengths: str, world: World, reference: dict, records: l
         trained_per_step=groups / len(window),
         prompts_per_step=float(np.mean([r.submitted_to - r.submitted_from for r in window])),
         first_step_prompts=records[0].submitted_to - records[0].submitted_from,
+        floor_s=generated / len(window) / peak_tokens_per_s(system),
+        ideal_floor_s=ideal / len(window) / peak_tokens_per_s(system),
     )
 
 
@@ -759,6 +782,9 @@ def _main(argv=None) -> None:
                         help="the one-round mode's dapo.dynamic_sampling.one_round_confidence")
     parser.add_argument("--confidences", default="", help="one_round_confidence values to sweep for the one-round "
                         f"mode at the headline keep rates, e.g. {','.join(map(str, CONFIDENCES))}")
+    parser.add_argument("--staleness", default="", help="dapo.dynamic_sampling.max_staleness values to sweep for "
+                        "the one-round mode (and deficit rounds and v1, its references) at the headline keep rates, "
+                        "e.g. 1,2,3")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     system = QUICK if args.quick else System()
@@ -787,7 +813,7 @@ def _main(argv=None) -> None:
         first_steps = ""
         for mode in MODES:
             records, accounts = run_mode(mode, world, system, steps, confidence=args.confidence)
-            s = summarize(mode, lengths, world, reference, records, accounts["recorder"], warmup)
+            s = summarize(mode, lengths, world, reference, records, accounts["recorder"], warmup, system)
             summaries[(lengths, keep, mode)] = s
             print(f"{lengths:7} {keep:4.2f} {mode:10} {s.gen_s:7.0f} {s.gen_s + TRAIN_S:7.0f} {s.gen_over_ideal:9.3f} "
                   f"{s.gen_over_trained:7.2f} {s.shift:+7.3f} {s.ks_finished:6.3f} {s.ks_sync:7.3f} {s.q_trained:5.3f} "
@@ -812,6 +838,15 @@ def _main(argv=None) -> None:
           f" (target <= 0.75), / v1 {ratio('one_round', 'v1'):.3f} (target <= 0.8), / whole "
           f"{ratio('one_round', 'whole'):.3f}; whole step (with {TRAIN_S:.0f} s training) / deficit "
           f"{np.mean([(summaries[('paper', k, 'one_round')].gen_s + TRAIN_S) / (summaries[('paper', k, 'deficit')].gen_s + TRAIN_S) for k in headline]):.3f}")
+    print("throughput floor (the trained groups' ideal tokens at the replicas' peak rate, "
+          f"{peak_tokens_per_s(system) / 1e3:.0f}k tokens/s) against the step-time targets:")
+    for k in headline:
+        row = {mode: summaries[("paper", k, mode)] for mode in MODES}
+        floor = row["one_round"].ideal_floor_s
+        print(f"  keep {k:4.2f}: floor {floor:5.0f} s | one_round {row['one_round'].gen_s:5.0f} s "
+              f"({row['one_round'].gen_s / floor:.2f}x the floor) | 0.75 x deficit {0.75 * row['deficit'].gen_s:5.0f} s "
+              f"({0.75 * row['deficit'].gen_s / floor:.2f}x) | 0.8 x v1 {0.8 * row['v1'].gen_s:5.0f} s "
+              f"({0.8 * row['v1'].gen_s / floor:.2f}x)")
     confidences = [float(c) for c in args.confidences.split(",") if c.strip()]
     if confidences:
         print(f"\none-round mode, paper lengths, one_round_confidence (keep rates {headline}; wait s: seconds after the "
@@ -825,7 +860,7 @@ def _main(argv=None) -> None:
                 reference = world.reference()
                 records, accounts = run_mode("one_round", world, system, steps, confidence=confidence)
                 rows.append((keep, summarize("one_round", "paper", world, reference, records, accounts["recorder"],
-                                             warmup)))
+                                             warmup, system)))
             print(f"{confidence:5.2f} {np.mean([s.gen_s for _, s in rows]):7.0f} "
                   f"{np.mean([s.gen_s / summaries[('paper', k, 'deficit')].gen_s for k, s in rows]):8.3f} "
                   f"{np.mean([s.gen_s / summaries[('paper', k, 'v1')].gen_s for k, s in rows]):6.3f} "
@@ -835,10 +870,38 @@ def _main(argv=None) -> None:
                   f"{np.mean([s.prompts_per_step for _, s in rows]):7.0f} "
                   f"{np.mean([s.first_step_prompts for _, s in rows]):6.0f} {max(s.max_age for _, s in rows):7d} "
                   f"{sum(s.dropped for _, s in rows):7d}")
+    bounds = [int(b) for b in args.staleness.split(",") if b.strip()]
+    if bounds:
+        print(f"\nmax_staleness, paper lengths (keep rates {headline}; every mode with that bound; floor: the trained "
+              "groups' ideal tokens at peak rate):")
+        print(f"{'bound':>5} {'deficit s':>9} {'v1 s':>6} {'one_round s':>11} {'/deficit':>8} {'/v1':>6} {'/floor':>6} "
+              f"{'gen/ideal':>9} {'shift':>7} {'resumed':>7} {'wait s':>6} {'max age':>7} {'dropped':>7}")
+        for bound in bounds:
+            rows = []
+            for keep in headline:
+                world = World(keep, LENGTH_SETTINGS["paper"], args.seed)
+                reference = world.reference()
+                row = {}
+                for mode in ("deficit", "v1", "one_round"):
+                    records, accounts = run_mode(mode, world, system, steps, confidence=args.confidence,
+                                                 max_staleness=bound)
+                    row[mode] = summarize(mode, "paper", world, reference, records, accounts["recorder"], warmup,
+                                          system)
+                rows.append(row)
+            one = [r["one_round"] for r in rows]
+            print(f"{bound:5d} {np.mean([r['deficit'].gen_s for r in rows]):9.0f} {np.mean([r['v1'].gen_s for r in rows]):6.0f} "
+                  f"{np.mean([s.gen_s for s in one]):11.0f} "
+                  f"{np.mean([r['one_round'].gen_s / r['deficit'].gen_s for r in rows]):8.3f} "
+                  f"{np.mean([r['one_round'].gen_s / r['v1'].gen_s for r in rows]):6.3f} "
+                  f"{np.mean([s.gen_s / s.ideal_floor_s for s in one]):6.2f} "
+                  f"{np.mean([s.gen_over_ideal for s in one]):9.3f} {np.mean([s.shift for s in one]):+7.3f} "
+                  f"{np.mean([s.resumed_per_step for s in one]):7.1f} {np.mean([s.after_full_s for s in one]):6.1f} "
+                  f"{max(s.max_age for s in one):7d} {sum(s.dropped for s in one):7d}")
     print(f"\n({time.monotonic() - started:.0f} s)")
     print(f"RESULT one_round_over_rounds={ratio('one_round', 'deficit'):.3f} one_round_over_v1={ratio('one_round', 'v1'):.3f} "
           f"gen_over_ideal={mean_of('one_round', 'gen_over_ideal'):.3f} "
-          f"trained_length_shift={mean_of('one_round', 'shift'):+.3f}")
+          f"trained_length_shift={mean_of('one_round', 'shift'):+.3f} "
+          f"one_round_over_floor={np.mean([summaries[('paper', k, 'one_round')].gen_s / summaries[('paper', k, 'one_round')].ideal_floor_s for k in headline]):.3f}")
 
 
 def main(argv=None):
