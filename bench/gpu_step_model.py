@@ -758,6 +758,20 @@ def summarize(mode: str, lengths: str, world: World, reference: dict, records: l
     )
 
 
+def headline_runs(keeps, modes, system: System, steps: int, warmup: int, seed: int, **options) -> list[dict]:
+    """Per keep rate (the paper's lengths), each mode's ``Summary`` of a run with ``options`` (``run_mode``'s)."""
+    rows = []
+    for keep in keeps:
+        world = World(keep, LENGTH_SETTINGS["paper"], seed)
+        reference = world.reference()
+        row = {}
+        for mode in modes:
+            records, accounts = run_mode(mode, world, system, steps, **options)
+            row[mode] = summarize(mode, "paper", world, reference, records, accounts["recorder"], warmup, system)
+        rows.append(row)
+    return rows
+
+
 def first_steps_line(records: list[StepRecord], count: int) -> str:
     """The one-round mode's first steps (the averages leave them out): prompts submitted, the oldest trained group's
     age, generation seconds and the seconds of them after the batch was full."""
@@ -854,13 +868,8 @@ def _main(argv=None) -> None:
         print(f"{'conf':>5} {'gen s':>7} {'/deficit':>8} {'/v1':>6} {'gen/ideal':>9} {'shift':>7} {'resumed':>7} "
               f"{'wait s':>6} {'prompts':>7} {'step 1':>6} {'max age':>7} {'dropped':>7}")
         for confidence in confidences:
-            rows = []
-            for keep in headline:
-                world = World(keep, LENGTH_SETTINGS["paper"], args.seed)
-                reference = world.reference()
-                records, accounts = run_mode("one_round", world, system, steps, confidence=confidence)
-                rows.append((keep, summarize("one_round", "paper", world, reference, records, accounts["recorder"],
-                                             warmup, system)))
+            rows = [(keep, row["one_round"]) for keep, row in zip(headline, headline_runs(
+                headline, ("one_round",), system, steps, warmup, args.seed, confidence=confidence))]
             print(f"{confidence:5.2f} {np.mean([s.gen_s for _, s in rows]):7.0f} "
                   f"{np.mean([s.gen_s / summaries[('paper', k, 'deficit')].gen_s for k, s in rows]):8.3f} "
                   f"{np.mean([s.gen_s / summaries[('paper', k, 'v1')].gen_s for k, s in rows]):6.3f} "
@@ -877,17 +886,8 @@ def _main(argv=None) -> None:
         print(f"{'bound':>5} {'deficit s':>9} {'v1 s':>6} {'one_round s':>11} {'/deficit':>8} {'/v1':>6} {'/floor':>6} "
               f"{'gen/ideal':>9} {'shift':>7} {'resumed':>7} {'wait s':>6} {'max age':>7} {'dropped':>7}")
         for bound in bounds:
-            rows = []
-            for keep in headline:
-                world = World(keep, LENGTH_SETTINGS["paper"], args.seed)
-                reference = world.reference()
-                row = {}
-                for mode in ("deficit", "v1", "one_round"):
-                    records, accounts = run_mode(mode, world, system, steps, confidence=args.confidence,
-                                                 max_staleness=bound)
-                    row[mode] = summarize(mode, "paper", world, reference, records, accounts["recorder"], warmup,
-                                          system)
-                rows.append(row)
+            rows = headline_runs(headline, ("deficit", "v1", "one_round"), system, steps, warmup, args.seed,
+                                 confidence=args.confidence, max_staleness=bound)
             one = [r["one_round"] for r in rows]
             print(f"{bound:5d} {np.mean([r['deficit'].gen_s for r in rows]):9.0f} {np.mean([r['v1'].gen_s for r in rows]):6.0f} "
                   f"{np.mean([s.gen_s for s in one]):11.0f} "

@@ -87,6 +87,20 @@ def _cell(fmt: str, stats) -> str:
     return f"{fmt.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]"
 
 
+def arm_table(runs: list[dict], arms, columns) -> list[str]:
+    """A markdown table: per arm (in ``arms``' order, those with runs), its runs and each column's mean and 95%
+    t-interval over them (``columns``: key, title, format); "-" where a run lacks the figure."""
+    lines = ["| arm | runs | " + " | ".join(title for _, title, _ in columns) + " |", "|---|---|" + "---|" * len(columns)]
+    for arm in arms:
+        arm_runs = [r for r in runs if r["arm"] == arm]
+        if not arm_runs:
+            continue
+        cells = [_cell(fmt, interval([r.get(key) for r in arm_runs]) if all(
+            r.get(key) is not None for r in arm_runs) else (None, None, None)) for key, _, fmt in columns]
+        lines.append(f"| {arm} | {len(arm_runs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def render(study: dict) -> str:
     runs = study["runs"]
     lines = ["# The behaviour-policy correction on CPU", "",
@@ -95,15 +109,7 @@ def render(study: dict) -> str:
              "Arms (the ablation study's DAPO run, `docs/learning/ablation.md`, everything else equal), each stopped at "
              f"the first validation past {study['design']['budget_tokens']} generated tokens; seeds "
              f"{', '.join(map(str, study['seeds']))}; mean and 95% t-interval over seeds:", "",
-             "| arm | runs | " + " | ".join(title for _, title, _ in COLUMNS) + " |",
-             "|---|---|" + "---|" * len(COLUMNS)]
-    for arm in ARMS:
-        arm_runs = [r for r in runs if r["arm"] == arm]
-        if not arm_runs:
-            continue
-        cells = [_cell(fmt, interval([r.get(key) for r in arm_runs]) if all(
-            r.get(key) is not None for r in arm_runs) else (None, None, None)) for key, _, fmt in COLUMNS]
-        lines.append(f"| {arm} | {len(arm_runs)} | " + " | ".join(cells) + " |")
+             *arm_table(runs, ARMS, COLUMNS)]
     lines += ["", "Every run:", "", "| arm | seed | steps | generated tokens | validation at the budget | stale groups | "
               "mean abs log w, lag 1 |", "|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["seed"], list(ARMS).index(r["arm"]))):
