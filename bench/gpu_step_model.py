@@ -123,6 +123,7 @@ The last RESULT field ``one_round_over_floor``: the one-round mode's generation 
 headline keep rates.
 
 Run: python bench/gpu_step_model.py [--quick] [--confidence 0.9] [--steps 18] [--confidences 0.5,0.75,0.9,0.97] [--staleness 1,2,3]
+    [--overprovisions 1,1.25,1.5,1.75,2]
 (about 2 minutes on one core by default, 3 with ``--keeps 0.3,0.45,0.6`` and the four confidences; ``--quick``: a scaled-down system for tests, whose figures are mostly noise.)
 """
 
@@ -590,7 +591,7 @@ class Recorder:
 
 
 def sampler_for(mode: str, system: System, confidence: float = DEFAULT_CONFIDENCE,
-                max_staleness: int | None = None) -> DynamicSampler:
+                max_staleness: int | None = None, overprovision: float | None = None) -> DynamicSampler:
     own = {
         "deficit": {},
         "whole": {"round_sizing": "whole", "max_staleness": 0},
@@ -599,6 +600,8 @@ def sampler_for(mode: str, system: System, confidence: float = DEFAULT_CONFIDENC
     }[mode]
     if max_staleness is not None and mode != "whole":
         own = {**own, "max_staleness": max_staleness}
+    if overprovision is not None and mode == "one_round":
+        own = {**own, "one_round_overprovision": overprovision}
     config = DynamicSamplingConfig.from_config(
         {"enable": True, "metric": "acc", "max_num_gen_batches": MAX_NUM_GEN_BATCHES},
         own,
@@ -629,11 +632,12 @@ class StepRecord:
 
 def run_mode(mode: str, world: World, system: System, steps: int, confidence: float = DEFAULT_CONFIDENCE,
              drop_aborted: bool = False, report_overdue: bool = True,
-             max_staleness: int | None = None) -> tuple[list[StepRecord], dict]:
+             max_staleness: int | None = None, overprovision: float | None = None) -> tuple[list[StepRecord], dict]:
     """One training run of ``steps`` steps through the recipe's sampler; per-step records and the run's accounts.
     ``drop_aborted`` and ``report_overdue=False`` are broken variants of the one-round mode (tests);
-    ``max_staleness``: the sampler's bound (default: the recipe's, 1)."""
-    sampler = sampler_for(mode, system, confidence, max_staleness)
+    ``max_staleness``: the sampler's bound (default: the recipe's, 1); ``overprovision``: the one-round mode's
+    ``one_round_overprovision`` (default: the recipe's)."""
+    sampler = sampler_for(mode, system, confidence, max_staleness, overprovision)
     recorder = Recorder()
     records = []
     accounts: dict = {"recorder": recorder, "sampler": sampler}
@@ -796,6 +800,8 @@ def _main(argv=None) -> None:
                         help="the one-round mode's dapo.dynamic_sampling.one_round_confidence")
     parser.add_argument("--confidences", default="", help="one_round_confidence values to sweep for the one-round "
                         f"mode at the headline keep rates, e.g. {','.join(map(str, CONFIDENCES))}")
+    parser.add_argument("--overprovisions", default="", help="one_round_overprovision values to sweep for the "
+                        "one-round mode at the headline keep rates, e.g. 1,1.25,1.5,1.75,2")
     parser.add_argument("--staleness", default="", help="dapo.dynamic_sampling.max_staleness values to sweep for "
                         "the one-round mode (and deficit rounds and v1, its references) at the headline keep rates, "
                         "e.g. 1,2,3")
@@ -879,6 +885,24 @@ def _main(argv=None) -> None:
                   f"{np.mean([s.prompts_per_step for _, s in rows]):7.0f} "
                   f"{np.mean([s.first_step_prompts for _, s in rows]):6.0f} {max(s.max_age for _, s in rows):7d} "
                   f"{sum(s.dropped for _, s in rows):7d}")
+    factors = [float(f) for f in args.overprovisions.split(",") if f.strip()]
+    if factors:
+        print(f"\none-round mode, paper lengths, one_round_overprovision (keep rates {headline}; floor: the trained "
+              "groups' ideal tokens at peak rate):")
+        print(f"{'factor':>6} {'gen s':>7} {'/deficit':>8} {'/v1':>6} {'/floor':>6} {'gen/ideal':>9} {'shift':>7} "
+              f"{'resumed':>7} {'age':>5} {'wait s':>6} {'max age':>7} {'dropped':>7}")
+        for factor in factors:
+            rows = [row["one_round"] for row in headline_runs(headline, ("one_round",), system, steps, warmup,
+                                                              args.seed, confidence=args.confidence,
+                                                              overprovision=factor)]
+            print(f"{factor:6.2f} {np.mean([s.gen_s for s in rows]):7.0f} "
+                  f"{np.mean([s.gen_s / summaries[('paper', k, 'deficit')].gen_s for k, s in zip(headline, rows)]):8.3f} "
+                  f"{np.mean([s.gen_s / summaries[('paper', k, 'v1')].gen_s for k, s in zip(headline, rows)]):6.3f} "
+                  f"{np.mean([s.gen_s / s.ideal_floor_s for s in rows]):6.2f} "
+                  f"{np.mean([s.gen_over_ideal for s in rows]):9.3f} {np.mean([s.shift for s in rows]):+7.3f} "
+                  f"{np.mean([s.resumed_per_step for s in rows]):7.1f} {np.mean([s.mean_age for s in rows]):5.2f} "
+                  f"{np.mean([s.after_full_s for s in rows]):6.1f} {max(s.max_age for s in rows):7d} "
+                  f"{sum(s.dropped for s in rows):7d}")
     bounds = [int(b) for b in args.staleness.split(",") if b.strip()]
     if bounds:
         print(f"\nmax_staleness, paper lengths (keep rates {headline}; every mode with that bound; floor: the trained "

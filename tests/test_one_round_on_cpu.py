@@ -43,7 +43,8 @@ def config(**own) -> DynamicSamplingConfig:
 def test_one_submission_fills_the_batch_as_often_as_the_confidence_says(keep):
     rng = np.random.default_rng(0)
     for confidence in (0.5, 0.9, 0.97):
-        prompts = one_round_prompts(config(one_round_confidence=confidence), 32, 0, keep, 0)
+        prompts = one_round_prompts(config(one_round_confidence=confidence, one_round_overprovision=1.0), 32, 0, keep,
+                                    0)
         fills = (rng.binomial(prompts, keep, size=20000) >= 32).mean()
         assert fills >= confidence - 0.03, (keep, confidence, prompts, fills)
         fewer = (rng.binomial(prompts - max(2, prompts // 20), keep, size=20000) >= 32).mean()
@@ -52,8 +53,20 @@ def test_one_submission_fills_the_batch_as_often_as_the_confidence_says(keep):
     assert one_round_prompts(config(), 32, 0, 0.2, 0) > 32 / 0.2
 
 
+def test_the_overprovision_keeps_that_multiple_of_the_filling_prompts_in_flight():
+    """``one_round_overprovision`` f: the step keeps ceil(f T) prompts in flight, T those that fill the batch at the
+    confidence; the prompts already in flight count toward it."""
+    filling = one_round_prompts(config(one_round_overprovision=1.0), 32, 0, 0.4, 0)
+    assert one_round_prompts(config(), 32, 0, 0.4, 0) == -(-3 * filling // 2)  # the default, 1.5
+    assert one_round_prompts(config(one_round_overprovision=2.0), 32, 0, 0.4, 0) == 2 * filling
+    assert one_round_prompts(config(one_round_overprovision=2.0), 32, filling, 0.4, 0) == filling
+    for bad in (0.5, 0.99, 4.5):
+        with pytest.raises(ValueError, match="one_round_overprovision"):
+            config(one_round_overprovision=bad)
+
+
 def test_prompts_in_flight_count_toward_the_round_and_the_budget_caps_it():
-    c = config()
+    c = config(one_round_overprovision=1.0)
     alone = one_round_prompts(c, 32, 0, 0.5, 0)
     assert one_round_prompts(c, 32, 20, 0.5, 0) == alone - 20
     assert one_round_prompts(c, 32, alone + 5, 0.5, 0) == 0
@@ -61,7 +74,8 @@ def test_prompts_in_flight_count_toward_the_round_and_the_budget_caps_it():
     capped = DynamicSamplingConfig.from_config({"enable": True, "metric": "acc", "max_num_gen_batches": 1},
                                                {"one_round": True}, train_batch_size=32, gen_batch_size=32)
     assert one_round_prompts(capped, 32, 0, 0.5, 10) == 22  # the step's budget: 32 prompts, 10 used
-    unfiltered = DynamicSamplingConfig.from_config({"enable": False}, {"one_round": True}, train_batch_size=32)
+    unfiltered = DynamicSamplingConfig.from_config({"enable": False}, {"one_round": True, "one_round_overprovision": 1},
+                                                   train_batch_size=32)
     assert one_round_prompts(unfiltered, 32, 0, 0.1, 0) == 32  # every group kept: exactly what is missing
     assert fill_count(10, 1.0, 1.28) == 10
 
@@ -133,8 +147,9 @@ class PartialRollouts:
         pass
 
 
-def run_one_round(keep: float, steps: int = 12, seed: int = 0, max_staleness: int = 1, finish_overdue: bool = True):
-    sampler = DynamicSampler(config(max_staleness=max_staleness))
+def run_one_round(keep: float, steps: int = 12, seed: int = 0, max_staleness: int = 1, finish_overdue: bool = True,
+                  **own):
+    sampler = DynamicSampler(config(max_staleness=max_staleness, **own))
     stream = PartialRollouts(np.random.default_rng(seed), keep, max_staleness, finish_overdue)
     trained, metrics = [], []
     for step in range(1, steps + 1):
@@ -146,9 +161,10 @@ def run_one_round(keep: float, steps: int = 12, seed: int = 0, max_staleness: in
     return stream, trained, metrics, sampler
 
 
+@pytest.mark.parametrize("overprovision", [1.0, 1.5])
 @pytest.mark.parametrize("keep", [0.3, 0.6])
-def test_a_step_ends_when_its_batch_is_full_and_the_unfinished_resume_within_the_staleness_bound(keep):
-    stream, trained, metrics, sampler = run_one_round(keep)
+def test_a_step_ends_when_its_batch_is_full_and_the_unfinished_resume_within_the_staleness_bound(keep, overprovision):
+    stream, trained, metrics, sampler = run_one_round(keep, one_round_overprovision=overprovision)
     ended_with_work_in_flight = 0
     for (step, uids), step_metrics in zip(trained, metrics):
         assert len(uids) == 32, (step, len(uids))  # the batch, every step
@@ -164,7 +180,15 @@ def test_a_step_ends_when_its_batch_is_full_and_the_unfinished_resume_within_the
     # still generating.
     finished = stream.returned
     assert stream.submitted == finished + stream.in_flight()
-    assert sum(m["dynamic_sampling/dropped_stale_groups"] for m in metrics) == 0
+    dropped = sum(m["dynamic_sampling/dropped_stale_groups"] for m in metrics)
+    if overprovision == 1.0:
+        assert dropped == 0
+    else:
+        # Over-provisioned, a step can finish more groups of the last step's prompts than its batch takes: those are
+        # dropped as stale and counted; at this scale (32 groups a step) a few percent, at the paper's none (the GPU
+        # model: docs/design.md).
+        kept = sum(m["dynamic_sampling/kept_groups"] for m in metrics)
+        assert dropped <= 0.05 * kept, (dropped, kept)
 
 
 def test_without_finishing_the_overdue_prompts_the_bound_would_be_crossed():

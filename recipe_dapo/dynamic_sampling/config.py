@@ -170,6 +170,15 @@ class DynamicSamplingSettings:
     submits plus those in flight fill its batch without a second submission. Higher submits more prompts (those
     unfinished at the step's end carry over); lower risks a refill, which waits for its own longest response."""
 
+    one_round_overprovision: float = 1.5
+    """``one_round``: the prompts a step keeps in flight, as a multiple of those that fill its batch at
+    ``one_round_confidence``. Above 1 the batch fills from the groups that finish first while the replicas stay full,
+    and the rest, aborted, finish first in the next step (so nothing is generated twice and the trained lengths keep
+    their distribution; more of the trained tokens come from the previous policy, which the behaviour-policy correction
+    weighs). 1.5 from the GPU step model (docs/design.md): generation 0.79x the deficit rounds' at keep rates 0.3-0.6,
+    against 0.87x at 1.0; no better above 1.6, and from 2.0 groups are dropped as stale and the trained lengths
+    shorten."""
+
     allow_shaped_filter_metric: bool = False
     """Allow ``algorithm.filter_groups.metric`` to be a shaped score (``reward``, ``seq_reward``, ``seq_final_reward``,
     ``overlong_reward``) while the overlong punishment is on. Refused by default: on the shaped score a group whose
@@ -328,6 +337,12 @@ class DynamicSamplingConfig(DynamicSamplingSettings):
             raise ValueError(
                 f"{NAMESPACE}.one_round_confidence={self.one_round_confidence!r} must be in (0, 1): the probability "
                 "that one submission fills the batch (0.9 is the default)"
+            )
+        if not 1.0 <= float(self.one_round_overprovision) <= 4.0:
+            raise ValueError(
+                f"{NAMESPACE}.one_round_overprovision={self.one_round_overprovision!r} must be in [1, 4]: the prompts "
+                "kept in flight as a multiple of those that fill the batch (1.5 is the default, 1 submits only what "
+                "fills it)"
             )
         if self.one_round and self.max_staleness < 1:
             raise ValueError(

@@ -8,9 +8,11 @@ estimate p::
     prompts = min(prompts, prompts left in the step's max_num_gen_batches budget)
 
 One-round sizing (``one_round=true``, a streaming source that aborts what is unfinished when the batch is full),
-with M groups missing, I prompts already in flight and confidence c: the fewest new prompts N with
-``P(Binomial(I + N, p) >= M) >= c`` (normal approximation with a continuity correction), rounded up to the
-granularity and within the step's budget (``min_round``/``max_round`` do not apply: the round is the step).
+with M groups missing, I prompts already in flight, confidence c and over-provision f: T the fewest prompts with
+``P(Binomial(T, p) >= M) >= c`` (normal approximation with a continuity correction), then ``N = ceil(f T) - I`` new
+prompts, rounded up to the granularity and within the step's budget (``min_round``/``max_round`` do not apply: the
+round is the step). With f > 1 the batch fills from the groups that finish first while the replicas are still full;
+the rest are aborted and finish first in the next step.
 
 Whole sizing (``round_sizing=whole``): ``gen_batch_size`` prompts, as in the paper. With the filter
 disabled (``algorithm.filter_groups.enable=false``) a deficit round is exactly the M missing prompts
@@ -105,13 +107,14 @@ def one_round_prompts(
     config: DynamicSamplingConfig, missing_groups: int, in_flight: int, keep_rate: float,
     prompts_generated_this_step: int,
 ) -> int:
-    """New prompts that, with the ``in_flight`` ones, fill ``missing_groups`` with probability
-    ``config.one_round_confidence`` (the module docstring); 0 when the prompts in flight already do."""
+    """New prompts that bring those in flight to ``config.one_round_overprovision`` times the prompts that fill
+    ``missing_groups`` with probability ``config.one_round_confidence`` (the module docstring); 0 when the prompts in
+    flight already do."""
     if missing_groups <= 0:
         return 0
     p = 1.0 if not config.enable else min(max(keep_rate, MIN_KEEP_RATE), 1.0)
     z = _normal_quantile(float(config.one_round_confidence))
-    total = fill_count(missing_groups, p, z)
+    total = math.ceil(fill_count(missing_groups, p, z) * float(config.one_round_overprovision) - 1e-9)
     prompts = max(total - int(in_flight), 0)
     if prompts == 0:
         return 0
