@@ -65,6 +65,20 @@ def test_the_overprovision_keeps_that_multiple_of_the_filling_prompts_in_flight(
             config(one_round_overprovision=bad)
 
 
+def test_the_first_step_is_not_overprovisioned_on_the_prior_alone():
+    """A run's first submission rests on the prior keep rate, which can be far from the true one: multiplied, its
+    surplus would fill this step and the next and age out. The multiple applies once groups have been judged."""
+    first = DynamicSampler(config())
+    first.begin_step(1)
+    judged = DynamicSampler(config())
+    judged._keep_rate.observe(16, 32)  # a judged rate equal to the prior (0.5)
+    judged.begin_step(2)
+    assert first._keep_rate.value == pytest.approx(judged._keep_rate.value)
+    unprovisioned = one_round_prompts(config(one_round_overprovision=1.0), 32, 0, first._keep_rate.value, 0)
+    assert first.prompts_to_dispatch(0) == unprovisioned
+    assert judged.prompts_to_dispatch(0) == -(-3 * unprovisioned // 2)
+
+
 def test_prompts_in_flight_count_toward_the_round_and_the_budget_caps_it():
     c = config(one_round_overprovision=1.0)
     alone = one_round_prompts(c, 32, 0, 0.5, 0)
@@ -267,7 +281,7 @@ def test_the_first_step_does_not_size_refills_on_the_short_easy_groups_that_fini
             return self._keep_rate.value
 
     def first_step_prompts(sampler_class) -> int:
-        sampler = sampler_class(config())
+        sampler = sampler_class(config(one_round_overprovision=1.0))  # the rate sized on, not the multiple kept
         stream = EasyFirst(np.random.default_rng(0), keep=0.0, max_staleness=1)
         stream.step = 1
         collect_streaming_step(sampler, stream, 1, drain=False)

@@ -190,7 +190,9 @@ class DynamicSampler:
             keep_rate = self._round_keep_rate(in_flight)
             if self._tally.dispatched_prompts and in_flight * (keep_rate if self.config.enable else 1.0) >= missing:
                 return 0  # another submission only when what is in flight is no longer expected to fill the batch
-            return one_round_prompts(self.config, missing, in_flight, keep_rate, self._prompts_used())
+            # Over-provisioned only on a judged rate: on the prior alone (a first step) the surplus could age out.
+            factor = self.config.one_round_overprovision if self._keep_rate.generated > 0 else 1.0
+            return one_round_prompts(self.config, missing, in_flight, keep_rate, self._prompts_used(), factor)
         keep_rate = self._keep_rate.value if self.config.enable else 1.0
         expected = self._pool.num_groups + in_flight * max(keep_rate, MIN_KEEP_RATE)
         missing = math.ceil(self.config.train_batch_size - expected - 1e-9)
