@@ -19,10 +19,10 @@ Modes, all at ``train_batch_size`` = 512 trained groups per step:
                  full the step waits for every prompt in flight and pools their qualifying groups (recipe defaults,
                  including the dispatch cap pooled + in flight <= 512 x (1 + max_staleness)).
 - ``one_round``  the recipe's one-round mode (``dapo.dynamic_sampling.one_round=true``, ``one_round_confidence`` 0.9
-                 or ``--confidence``, the default ``max_staleness`` 1): at the step's start the responses aborted at
-                 the end of the last step resume first (re-prefilling prompt plus partial tokens), and
-                 ``prompts_to_dispatch(in_flight)`` submits what fills the batch with probability
-                 ``one_round_confidence`` at the keep-rate estimate, the resumed prompts counted
+                 or ``--confidence``, the default ``one_round_overprovision`` 1.5 and ``max_staleness`` 1): at the
+                 step's start the responses aborted at the end of the last step resume first (re-prefilling prompt
+                 plus partial tokens), and ``prompts_to_dispatch(in_flight)`` brings the prompts in flight to 1.5x
+                 what fills the batch with probability ``one_round_confidence`` at the keep-rate estimate
                  (``sizing.one_round_prompts``; no dispatch room); another submission only when the prompts in flight
                  are no longer expected to fill the batch. Groups are judged as they finish; once the batch is full
                  (``drain=False``) the step ends and every response still generating (or queued) is aborted and keeps
@@ -95,13 +95,14 @@ What the model shows (figures: the default run, see docs/design.md):
   not lost), so a step costs at least its generated tokens over the replicas' peak rate (32 x 256 / 35.6 ms = 230k
   tokens/s: 416 s at keep 0.45 for the trained groups' ideal tokens, printed under the headline). Deficit rounds are
   1.44x that floor at keep 0.45 (mostly one round per step already, thanks to the margin and the carry-over), the
-  one-round mode 1.33x. What the one-round mode does not recover: a group
-  is judged only when the slowest of its 16 responses ends, and a submission sized at confidence 0.9 is only ~5% above
-  the expected need, so the batch needs nearly all of the round's groups, hence nearly all of their responses; the
-  queues empty and the last ~40% of the step runs at about a third of the 256 sequences per replica. A higher
-  confidence keeps the replicas fuller but carries the work to the next step: the time per step does not move
-  (``--confidences``). The overdue wait costs nothing at steady state with the paper's lengths (the resumed responses
-  run first and finish before the batch is full).
+  one-round mode 1.23x. Sized only to fill the batch at confidence 0.9 (``one_round_overprovision`` 1), a submission
+  is ~5% above the expected need and a group is judged only when the slowest of its 16 responses ends, so the batch
+  needs nearly all of the round's groups, hence nearly all of their responses: the queues empty and the last ~40% of
+  the step runs at about a third of the 256 sequences per replica (1.34x the floor); a higher confidence adds too few
+  prompts to change that (``--confidences``). Kept 1.5x in flight (the default), the batch fills from the groups that
+  finish first while the replicas are full, and the rest finish first in the next step (``--overprovisions``). The
+  overdue wait is a few seconds a step with the paper's lengths (the resumed responses run first and finish before the
+  batch is full).
 - Cold start: in the first step the groups that finish first are short, easy ones, all right, and the keep-rate
   estimate (a prior worth one group) falls on a handful of them (0.25 after one finished group, 0.04 after twelve, at
   keep 0.45); each fall is a further submission sized at the estimate, and with no dispatch room the first step
