@@ -777,6 +777,26 @@ def headline_runs(keeps, modes, system: System, steps: int, warmup: int, seed: i
     return rows
 
 
+SWEEP_NOTE = ("the one-round mode's means; floor: the trained groups' ideal tokens at peak rate; age: its trained "
+              "groups' mean age in steps; wait s: seconds after the batch was full, waiting for overdue prompts")
+SWEEP_HEADER = (f"{'gen s':>7} {'/deficit':>8} {'/v1':>6} {'/floor':>6} {'gen/ideal':>9} {'shift':>7} {'resumed':>7} "
+                f"{'age':>5} {'wait s':>6} {'prompts':>7} {'step 1':>6} {'max age':>7} {'dropped':>7}")
+
+
+def sweep_line(one: list[Summary], deficit_s: list[float], v1_s: list[float]) -> str:
+    """A sweep's row (``SWEEP_HEADER``): the one-round runs' means over the headline keep rates, its generation seconds
+    against the deficit rounds' and v1's at the same keep rates."""
+    def mean(attribute: str) -> float:
+        return float(np.mean([getattr(s, attribute) for s in one]))
+
+    return (f"{mean('gen_s'):7.0f} {np.mean([s.gen_s / d for s, d in zip(one, deficit_s)]):8.3f} "
+            f"{np.mean([s.gen_s / v for s, v in zip(one, v1_s)]):6.3f} "
+            f"{np.mean([s.gen_s / s.ideal_floor_s for s in one]):6.2f} {mean('gen_over_ideal'):9.3f} "
+            f"{mean('shift'):+7.3f} {mean('resumed_per_step'):7.1f} {mean('mean_age'):5.2f} {mean('after_full_s'):6.1f} "
+            f"{mean('prompts_per_step'):7.0f} {mean('first_step_prompts'):6.0f} {max(s.max_age for s in one):7d} "
+            f"{sum(s.dropped for s in one):7d}")
+
+
 def first_steps_line(records: list[StepRecord], count: int) -> str:
     """The one-round mode's first steps (the averages leave them out): prompts submitted, the oldest trained group's
     age, generation seconds and the seconds of them after the batch was full."""
@@ -868,60 +888,36 @@ def _main(argv=None) -> None:
               f"({row['one_round'].gen_s / floor:.2f}x the floor) | 0.75 x deficit {0.75 * row['deficit'].gen_s:5.0f} s "
               f"({0.75 * row['deficit'].gen_s / floor:.2f}x) | 0.8 x v1 {0.8 * row['v1'].gen_s:5.0f} s "
               f"({0.8 * row['v1'].gen_s / floor:.2f}x)")
+    def references(mode: str) -> list[float]:
+        return [summaries[("paper", k, mode)].gen_s for k in headline]
+
     confidences = [float(c) for c in args.confidences.split(",") if c.strip()]
     if confidences:
-        print(f"\none-round mode, paper lengths, one_round_confidence (keep rates {headline}; wait s: seconds after the "
-              "batch was full, waiting for overdue prompts):")
-        print(f"{'conf':>5} {'gen s':>7} {'/deficit':>8} {'/v1':>6} {'gen/ideal':>9} {'shift':>7} {'resumed':>7} "
-              f"{'wait s':>6} {'prompts':>7} {'step 1':>6} {'max age':>7} {'dropped':>7}")
+        print(f"\none-round mode, paper lengths, one_round_confidence (keep rates {headline}; {SWEEP_NOTE}):")
+        print(f"{'conf':>5} {SWEEP_HEADER}")
         for confidence in confidences:
-            rows = [(keep, row["one_round"]) for keep, row in zip(headline, headline_runs(
-                headline, ("one_round",), system, steps, warmup, args.seed, confidence=confidence))]
-            print(f"{confidence:5.2f} {np.mean([s.gen_s for _, s in rows]):7.0f} "
-                  f"{np.mean([s.gen_s / summaries[('paper', k, 'deficit')].gen_s for k, s in rows]):8.3f} "
-                  f"{np.mean([s.gen_s / summaries[('paper', k, 'v1')].gen_s for k, s in rows]):6.3f} "
-                  f"{np.mean([s.gen_over_ideal for _, s in rows]):9.3f} {np.mean([s.shift for _, s in rows]):+7.3f} "
-                  f"{np.mean([s.resumed_per_step for _, s in rows]):7.1f} "
-                  f"{np.mean([s.after_full_s for _, s in rows]):6.1f} "
-                  f"{np.mean([s.prompts_per_step for _, s in rows]):7.0f} "
-                  f"{np.mean([s.first_step_prompts for _, s in rows]):6.0f} {max(s.max_age for _, s in rows):7d} "
-                  f"{sum(s.dropped for _, s in rows):7d}")
+            one = [row["one_round"] for row in headline_runs(headline, ("one_round",), system, steps, warmup,
+                                                             args.seed, confidence=confidence)]
+            print(f"{confidence:5.2f} {sweep_line(one, references('deficit'), references('v1'))}")
     factors = [float(f) for f in args.overprovisions.split(",") if f.strip()]
     if factors:
-        print(f"\none-round mode, paper lengths, one_round_overprovision (keep rates {headline}; floor: the trained "
-              "groups' ideal tokens at peak rate):")
-        print(f"{'factor':>6} {'gen s':>7} {'/deficit':>8} {'/v1':>6} {'/floor':>6} {'gen/ideal':>9} {'shift':>7} "
-              f"{'resumed':>7} {'age':>5} {'wait s':>6} {'max age':>7} {'dropped':>7}")
+        print(f"\none-round mode, paper lengths, one_round_overprovision (keep rates {headline}; {SWEEP_NOTE}):")
+        print(f"{'factor':>6} {SWEEP_HEADER}")
         for factor in factors:
-            rows = [row["one_round"] for row in headline_runs(headline, ("one_round",), system, steps, warmup,
-                                                              args.seed, confidence=args.confidence,
-                                                              overprovision=factor)]
-            print(f"{factor:6.2f} {np.mean([s.gen_s for s in rows]):7.0f} "
-                  f"{np.mean([s.gen_s / summaries[('paper', k, 'deficit')].gen_s for k, s in zip(headline, rows)]):8.3f} "
-                  f"{np.mean([s.gen_s / summaries[('paper', k, 'v1')].gen_s for k, s in zip(headline, rows)]):6.3f} "
-                  f"{np.mean([s.gen_s / s.ideal_floor_s for s in rows]):6.2f} "
-                  f"{np.mean([s.gen_over_ideal for s in rows]):9.3f} {np.mean([s.shift for s in rows]):+7.3f} "
-                  f"{np.mean([s.resumed_per_step for s in rows]):7.1f} {np.mean([s.mean_age for s in rows]):5.2f} "
-                  f"{np.mean([s.after_full_s for s in rows]):6.1f} {max(s.max_age for s in rows):7d} "
-                  f"{sum(s.dropped for s in rows):7d}")
+            one = [row["one_round"] for row in headline_runs(headline, ("one_round",), system, steps, warmup,
+                                                             args.seed, confidence=args.confidence,
+                                                             overprovision=factor)]
+            print(f"{factor:6.2f} {sweep_line(one, references('deficit'), references('v1'))}")
     bounds = [int(b) for b in args.staleness.split(",") if b.strip()]
     if bounds:
-        print(f"\nmax_staleness, paper lengths (keep rates {headline}; every mode with that bound; floor: the trained "
-              "groups' ideal tokens at peak rate):")
-        print(f"{'bound':>5} {'deficit s':>9} {'v1 s':>6} {'one_round s':>11} {'/deficit':>8} {'/v1':>6} {'/floor':>6} "
-              f"{'gen/ideal':>9} {'shift':>7} {'resumed':>7} {'wait s':>6} {'max age':>7} {'dropped':>7}")
+        print(f"\nmax_staleness, paper lengths (keep rates {headline}; every mode with that bound; {SWEEP_NOTE}):")
+        print(f"{'bound':>5} {'deficit s':>9} {'v1 s':>6} {SWEEP_HEADER}")
         for bound in bounds:
             rows = headline_runs(headline, ("deficit", "v1", "one_round"), system, steps, warmup, args.seed,
                                  confidence=args.confidence, max_staleness=bound)
-            one = [r["one_round"] for r in rows]
-            print(f"{bound:5d} {np.mean([r['deficit'].gen_s for r in rows]):9.0f} {np.mean([r['v1'].gen_s for r in rows]):6.0f} "
-                  f"{np.mean([s.gen_s for s in one]):11.0f} "
-                  f"{np.mean([r['one_round'].gen_s / r['deficit'].gen_s for r in rows]):8.3f} "
-                  f"{np.mean([r['one_round'].gen_s / r['v1'].gen_s for r in rows]):6.3f} "
-                  f"{np.mean([s.gen_s / s.ideal_floor_s for s in one]):6.2f} "
-                  f"{np.mean([s.gen_over_ideal for s in one]):9.3f} {np.mean([s.shift for s in one]):+7.3f} "
-                  f"{np.mean([s.resumed_per_step for s in one]):7.1f} {np.mean([s.after_full_s for s in one]):6.1f} "
-                  f"{max(s.max_age for s in one):7d} {sum(s.dropped for s in one):7d}")
+            deficit, v1 = [r["deficit"].gen_s for r in rows], [r["v1"].gen_s for r in rows]
+            print(f"{bound:5d} {np.mean(deficit):9.0f} {np.mean(v1):6.0f} "
+                  f"{sweep_line([r['one_round'] for r in rows], deficit, v1)}")
     print(f"\n({time.monotonic() - started:.0f} s)")
     print(f"RESULT one_round_over_rounds={ratio('one_round', 'deficit'):.3f} one_round_over_v1={ratio('one_round', 'v1'):.3f} "
           f"gen_over_ideal={mean_of('one_round', 'gen_over_ideal'):.3f} "
