@@ -12,9 +12,12 @@ with M groups missing, I prompts already in flight, confidence c and over-provis
 ``P(Binomial(T, p) >= M) >= c`` (normal approximation with a continuity correction), then ``N = ceil(f T) - I`` new
 prompts, rounded up to the granularity and within the step's budget (``min_round``/``max_round`` do not apply: the
 round is the step). With f > 1 the batch fills from the groups that finish first while the replicas are still full;
-the rest are aborted and finish first in the next step. f applies once the keep-rate estimate rests on judged groups:
-on the prior alone (a run's first step) a rate far below the true one, multiplied, would fill this step and the next
-with surplus that then ages out (the GPU model at keep rate 0.9: 400 qualifying groups dropped as stale in step 2).
+the rest are aborted and finish first in the next step. The sampler applies f only where it pays
+(``DynamicSampler._overprovision``): once the keep-rate estimate rests on judged groups (on the prior alone, a run's
+first step, a rate far below the true one, multiplied, would fill this step and the next with surplus that then ages
+out: the GPU model at keep rate 0.9 dropped 400 qualifying groups as stale in step 2), and in a step that began with
+prompts in flight (a source that finishes a step's prompts in one wave aborts nothing, and there the extra prompts
+would only pool surplus).
 
 Whole sizing (``round_sizing=whole``): ``gen_batch_size`` prompts, as in the paper. With the filter
 disabled (``algorithm.filter_groups.enable=false``) a deficit round is exactly the M missing prompts
@@ -111,8 +114,8 @@ def one_round_prompts(
 ) -> int:
     """New prompts that bring those in flight to ``config.one_round_overprovision`` times the prompts that fill
     ``missing_groups`` with probability ``config.one_round_confidence`` (the module docstring); 0 when the prompts in
-    flight already do. ``overprovision`` replaces ``config.one_round_overprovision`` (the sampler passes 1 while its
-    keep rate is only the prior)."""
+    flight already do. ``overprovision`` replaces ``config.one_round_overprovision`` (the sampler passes 1 where the
+    multiple does not pay: ``DynamicSampler._overprovision``)."""
     if missing_groups <= 0:
         return 0
     p = 1.0 if not config.enable else min(max(keep_rate, MIN_KEEP_RATE), 1.0)
