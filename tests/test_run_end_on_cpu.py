@@ -335,3 +335,42 @@ def test_the_entry_point_prints_the_drivers_summary_when_verls_run_ppo_fails(tmp
         "  to resume: rerun the same command (trainer.resume_mode=auto continues from it):",
         expected_rerun_line(),
     ]
+
+
+def test_after_a_dead_trainer_the_drivers_exit_is_bounded_even_when_the_shutdown_hangs(tmp_path):
+    """A trainer's death can take the node's raylet with it, and Ray's shutdown at exit then waits on it for minutes.
+    The driver's exit after its summary is bounded: a stand-in driver whose atexit handler hangs (as ray.shutdown does
+    on a dead raylet) still exits 1 within the bound. Positive control: without the bound it is still running."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent("""
+        import atexit, sys, time
+        from ray.exceptions import RayActorError
+        from omegaconf import OmegaConf
+        from recipe_dapo.run import run_end
+        atexit.register(time.sleep, 120)  # the hung shutdown
+        config = OmegaConf.create({"trainer": {"default_local_dir": sys.argv[1], "resume_mode": "auto",
+                                               "resume_from_path": None}})
+        bounded = (lambda status: run_end.exit_within(2.0, status)) if sys.argv[2] == "bounded" else None
+        with run_end.summary_when_the_trainer_cannot(config, argv=["x"], bounded_exit=bounded):
+            raise RayActorError()
+    """))
+    began = time.monotonic()
+    bounded = subprocess.run([sys.executable, str(script), str(tmp_path / "checkpoints"), "bounded"],
+                             capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - began
+    assert bounded.returncode == 1, bounded.stderr[-2000:]
+    assert "run failed" in bounded.stdout and "exiting now" in bounded.stderr
+    assert took < 30, took
+    unbounded = subprocess.Popen([sys.executable, str(script), str(tmp_path / "checkpoints"), "unbounded"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            unbounded.wait(timeout=took + 5)
+    finally:
+        unbounded.kill()
+        unbounded.wait()

@@ -10,7 +10,9 @@ failed at a step, stopped by a signal. Two ends leave it no chance:
 
 For those, the driver (:class:`summary_when_the_trainer_cannot`, around verl's ``run_ppo`` in ``main_dapo``) prints
 one summary: what happened, the last complete checkpoint in ``trainer.default_local_dir`` (verl's tracker file names
-it) and the command line that resumes from it, then exits 1. A refused configuration or a missing plugin is not
+it) and the command line that resumes from it, then exits 1. When the trainer's process died, the exit is bounded
+(:func:`exit_within`, ``EXIT_WATCHDOG_S``): the death can take the node's raylet with it (the OOM killer, a lost node),
+and Ray's own shutdown at exit then waits on it for minutes (seen in a CI run: over 300 s after the summary). A refused configuration or a missing plugin is not
 such an end (the refusal says what to fix, and the same command would be refused again), nor is a signal to the
 driver (the pre-emption guard says where to resume from).
 
@@ -33,6 +35,31 @@ SUMMARY_PRINTED = "recipe_dapo_summary_printed"
 end-of-run summary before it."""
 
 ENTRY_POINT = "recipe_dapo.main_dapo"
+
+EXIT_WATCHDOG_S = 30.0
+"""After the driver's summary of a dead trainer: the longest the driver's normal exit (``atexit``: ``ray.shutdown``) may
+take before it exits at once, its Ray processes ended (``compat.ray.end_ray_sessions``)."""
+
+
+def exit_within(seconds: float, status: int) -> None:
+    """A daemon thread that, unless the process has exited by then, flushes the console, ends the Ray processes this
+    driver started and exits with ``status`` after ``seconds``: the normal exit goes first, and cannot hang."""
+    import threading
+    import time
+
+    def watchdog() -> None:
+        time.sleep(seconds)
+        try:
+            print(f"recipe_dapo: the driver's exit took over {seconds:g} s (Ray's shutdown, its node gone?): exiting "
+                  "now", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            from recipe_dapo.compat.ray import end_ray_sessions
+
+            end_ray_sessions()
+        finally:
+            os._exit(status)
+
+    threading.Thread(target=watchdog, name="recipe_dapo-exit-watchdog", daemon=True).start()
 
 
 # ------------------------------------------------------------------------------------------------ trainer side
@@ -184,8 +211,12 @@ class summary_when_the_trainer_cannot:
     docstring). ``guard``: the pre-emption guard, whose signal ends the run its own way; ``refusals``: the error types
     the entry point reports as a refused launch (a list of what to fix), left to it."""
 
-    def __init__(self, config, guard: Any = None, refusals: tuple = (), argv: Optional[Sequence[str]] = None):
+    def __init__(self, config, guard: Any = None, refusals: tuple = (), argv: Optional[Sequence[str]] = None,
+                 bounded_exit: Optional[Any] = None):
+        """``bounded_exit(status)``: called when the trainer's process died, before the exit (the driver passes
+        ``lambda status: exit_within(EXIT_WATCHDOG_S, status)``); None in a process that must not end (a test)."""
         self.config, self.guard, self.refusals, self.argv = config, guard, tuple(refusals), argv
+        self.bounded_exit = bounded_exit
 
     def __enter__(self) -> "summary_when_the_trainer_cannot":
         return self
@@ -210,4 +241,6 @@ class summary_when_the_trainer_cannot:
             traceback.print_exception(error, file=sys.stderr)
             sys.stderr.flush()
         print(recipe_line("\n".join(lines)), flush=True)
+        if trainer_died(error) and self.bounded_exit is not None:
+            self.bounded_exit(1)
         raise SystemExit(1) from error

@@ -196,11 +196,17 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
     assert took < 90, f"the run took {took:.0f} s to end after its engine died"
     assert "DAPOTrainerV1ColocateAsync (trainer.use_v1=true, trainer_mode=colocate_async)" in console
     assert re.search(r"resumed at step 1: \d+ groups? pooled by the dynamic sampler", console), console[-4000:]
-    # The line: the stream's (a group failed with the engine's error) or the probe's (during the weight sync).
-    assert re.search(r"RolloutDied: (rollout died at step 3|.*vLLM engine .* is dead)", console), console[-4000:]
-    # The end-of-run summary (tracking/console.py), printed by the trainer before the error reaches the driver.
-    summary = console[console.find("run failed at step 3 (RolloutDied)"):]
-    assert "run failed at step 3 (RolloutDied)" in console, console[-6000:]
+    if "Raylet is terminated" in console and "run failed: the trainer's process died" in console:
+        # The engine's death took the node's raylet with it (seen once in CI), and the trainer with the node: the
+        # driver's summary names that, and its exit is bounded (run_end.exit_within: Ray's shutdown waited on the dead
+        # raylet for over 300 s before).
+        summary = console[console.find("run failed: the trainer's process died"):]
+    else:
+        # The line: the stream's (a group failed with the engine's error) or the probe's (during the weight sync).
+        assert re.search(r"RolloutDied: (rollout died at step 3|.*vLLM engine .* is dead)", console), console[-4000:]
+        # The end-of-run summary (tracking/console.py), printed by the trainer before the error reaches the driver.
+        summary = console[console.find("run failed at step 3 (RolloutDied)"):]
+        assert "run failed at step 3 (RolloutDied)" in console, console[-6000:]
     # The engine dies in step 3's generation (step 2 is the last checkpoint), or, when step 3's batch was already in
     # the pool, in the weight sync after verl saved step 3: then step 3 is logged too (every saved step is).
     steps = logged_steps(resumed)
