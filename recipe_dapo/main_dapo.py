@@ -55,16 +55,15 @@ def run(config: DictConfig) -> None:
 
     from recipe_dapo.plugin import PluginNotLoadedError
     from recipe_dapo.run.nodes import CheckedOnEveryNode
-    from recipe_dapo.run.run_end import EXIT_WATCHDOG_S, exit_within, summary_when_the_trainer_cannot
+    from recipe_dapo.run.run_end import EXIT_WATCHDOG_S, summary_when_the_trainer_cannot
 
     # Every Ray node is asked whether `import verl` registers the recipe there, before the task runner starts.
     runner = CheckedOnEveryNode(load(trainer.task_runner), enabled=config.dapo.preflight.check_worker_plugins)
     # The trainer's process dies, or the run fails before the trainer printed its summary: the driver prints one
     # (a refusal is listed by refusals_exit_cleanly instead).
     refusals = (DAPOConfigError, PluginNotLoadedError)
-    bounded = lambda status: exit_within(EXIT_WATCHDOG_S, status)  # noqa: E731  (a dead node can hold the exit)
     with preemption_guard(config) as guard, summary_when_the_trainer_cannot(config, guard, refusals,
-                                                                            bounded_exit=bounded):
+                                                                            exit_within_s=EXIT_WATCHDOG_S):
         run_ppo(config, task_runner_class=runner)
 
 

@@ -355,8 +355,8 @@ def test_after_a_dead_trainer_the_drivers_exit_is_bounded_even_when_the_shutdown
         atexit.register(time.sleep, 120)  # the hung shutdown
         config = OmegaConf.create({"trainer": {"default_local_dir": sys.argv[1], "resume_mode": "auto",
                                                "resume_from_path": None}})
-        bounded = (lambda status: run_end.exit_within(2.0, status)) if sys.argv[2] == "bounded" else None
-        with run_end.summary_when_the_trainer_cannot(config, argv=["x"], bounded_exit=bounded):
+        bound = 2.0 if sys.argv[2] == "bounded" else None
+        with run_end.summary_when_the_trainer_cannot(config, argv=["x"], exit_within_s=bound):
             raise RayActorError()
     """))
     began = time.monotonic()

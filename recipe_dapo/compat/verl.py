@@ -97,13 +97,26 @@ def wrap_update_weights(checkpoint_manager: Any, wrap: Callable[[Callable], Call
         return lambda: None
     wrapped = wrap(current)
     wrapped.recipe_dapo_wrapped = current
-    checkpoint_manager.update_weights = wrapped
+    return _set_on_object(checkpoint_manager, "update_weights", wrapped)
+
+
+def _set_on_object(target: Any, name: str, value: Callable) -> Callable[[], None]:
+    """Set ``target.name`` on this one object; returns the function that puts back what was there (the object's own
+    attribute, or none, so that its class's serves again), unless something else replaced ``value`` meanwhile."""
+    own = vars(target).get(name, _ABSENT)
+    setattr(target, name, value)
 
     def restore() -> None:
-        if checkpoint_manager.__dict__.get("update_weights") is wrapped:
-            del checkpoint_manager.update_weights
+        if vars(target).get(name) is value:
+            if own is _ABSENT:
+                delattr(target, name)
+            else:
+                setattr(target, name, own)
 
     return restore
+
+
+_ABSENT = object()
 
 
 @touches("verl.trainer.ppo.v1.agent_loop_tq.AgentLoopManagerTQ.generate_sequences", how="wraps", checked=V1_ONLY,
@@ -117,21 +130,16 @@ def before_dispatch(agent_loop_manager: Any, action: Callable[[], None]):
     """While the block runs, ``agent_loop_manager.generate_sequences`` (this one object) runs ``action()`` and then
     verl's dispatch."""
     dispatch = agent_loop_manager.generate_sequences
-    own = "generate_sequences" in vars(agent_loop_manager)  # (an attribute of the object itself, not its class's)
 
     def dispatched_after(prompts):
         action()
         return dispatch(prompts)
 
-    agent_loop_manager.generate_sequences = dispatched_after
+    restore = _set_on_object(agent_loop_manager, "generate_sequences", dispatched_after)
     try:
         yield
     finally:
-        if vars(agent_loop_manager).get("generate_sequences") is dispatched_after:
-            if own:
-                agent_loop_manager.generate_sequences = dispatch
-            else:
-                del agent_loop_manager.generate_sequences
+        restore()
 
 
 # ------------------------------------------------------------------------------------------------ the copied fit step

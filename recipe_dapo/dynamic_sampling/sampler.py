@@ -300,7 +300,7 @@ class DynamicSampler:
             self.skipper.begin_step()
         self._keep_rate.start_step(self.config.keep_rate_decay)
         self._step_keep_rate = self._keep_rate.value  # one_round: the rate the step sizes its round with
-        self._step_resumed: Optional[int] = None  # one_round: the prompts in flight at the step's first sizing
+        self._step_resumed = None  # one_round: the prompts in flight at the step's first sizing
         # Nothing is this old in a run that went step by step (the step that made it so dropped it), but a pool
         # restored from a checkpoint written by an older version, or steps that jump, may hold such groups.
         self._drop_stale(born_before=step - self.config.max_staleness)

@@ -12,9 +12,9 @@ For those, the driver (:class:`summary_when_the_trainer_cannot`, around verl's `
 one summary: what happened, the last complete checkpoint in ``trainer.default_local_dir`` (verl's tracker file names
 it) and the command line that resumes from it, then exits 1. When the trainer's process died, the exit is bounded
 (:func:`exit_within`, ``EXIT_WATCHDOG_S``): the death can take the node's raylet with it (the OOM killer, a lost node),
-and Ray's own shutdown at exit then waits on it for minutes (seen in a CI run: over 300 s after the summary). A refused configuration or a missing plugin is not
-such an end (the refusal says what to fix, and the same command would be refused again), nor is a signal to the
-driver (the pre-emption guard says where to resume from).
+and Ray's own shutdown at exit then waits on it for minutes (seen in a CI run: over 300 s after the summary). A refused
+configuration or a missing plugin is not such an end (the refusal says what to fix, and the same command would be
+refused again), nor is a signal to the driver (the pre-emption guard says where to resume from).
 
 The driver tells the two kinds of failure apart by the error itself: the task runner's :class:`TrainerEnd` records on
 the exception leaving ``run`` whether the trainer printed its summary (Ray sends the exception to the driver with its
@@ -212,11 +212,11 @@ class summary_when_the_trainer_cannot:
     the entry point reports as a refused launch (a list of what to fix), left to it."""
 
     def __init__(self, config, guard: Any = None, refusals: tuple = (), argv: Optional[Sequence[str]] = None,
-                 bounded_exit: Optional[Any] = None):
-        """``bounded_exit(status)``: called when the trainer's process died, before the exit (the driver passes
-        ``lambda status: exit_within(EXIT_WATCHDOG_S, status)``); None in a process that must not end (a test)."""
+                 exit_within_s: Optional[float] = None):
+        """``exit_within_s``: when the trainer's process died, the exit is bounded by this many seconds
+        (:func:`exit_within`; the driver passes ``EXIT_WATCHDOG_S``); None in a process that must not end (a test)."""
         self.config, self.guard, self.refusals, self.argv = config, guard, tuple(refusals), argv
-        self.bounded_exit = bounded_exit
+        self.exit_within_s = exit_within_s
 
     def __enter__(self) -> "summary_when_the_trainer_cannot":
         return self
@@ -241,6 +241,6 @@ class summary_when_the_trainer_cannot:
             traceback.print_exception(error, file=sys.stderr)
             sys.stderr.flush()
         print(recipe_line("\n".join(lines)), flush=True)
-        if trainer_died(error) and self.bounded_exit is not None:
-            self.bounded_exit(1)
+        if trainer_died(error) and self.exit_within_s is not None:
+            exit_within(self.exit_within_s, 1)
         raise SystemExit(1) from error

@@ -125,10 +125,7 @@ class Launch:
 
     def wait_for(self, text: str, timeout: float = 600, poll_s: float = 0.1) -> None:
         """Until ``text`` is on the console; fails if the run ends or the time runs out first."""
-        deadline = time.monotonic() + timeout
-        while text not in self.console() and self.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(poll_s)
-        assert text in self.console(), f"{text!r} never came (exit {self.process.poll()}):\n{self.console()[-4000:]}"
+        self.wait_until(lambda: text in self.console(), repr(text), timeout, poll_s)
 
     def step_logged(self, step: int) -> bool:
         """The run's metrics file holds a line of ``step``. The trainer writes that file itself, unbuffered, as the step
@@ -333,7 +330,7 @@ def classic_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
 @acting_on("v1")
 def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
     """The v1 run resumed from step 1 (4 steps, no scheduled save or validation), SIGTERM to its process group once
-    step 2 is on the console."""
+    step 2 is in its metrics file."""
     folder, run, engines = _resumed_after_step_1(
         copied, work_dir, assets, "v1", "trainer.total_training_steps=4", "trainer.test_freq=-1",
         "trainer.save_freq=-1", "dapo.overlong_filter.enable=true", until_step=2, log_name="signalled.log")
@@ -345,9 +342,9 @@ def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
 @acting_on("v1")
 def v1_engine_kill(copied: Path, work_dir: Path, assets: dict) -> Acted:
     """The v1 run resumed from step 1 in colocate_async mode with one round per step (4 steps, each saved), its vLLM
-    engine processes killed (kill -9) once step 2 is in its metrics file; ``found``: how many engines were killed. A step 3
-    that step 2's surplus fills needs no engine; the weight sync before step 4 does, so the death is met in step 3
-    either way (with 3 steps such a run finished without ever meeting it)."""
+    engine processes killed (kill -9) once step 2 is in its metrics file; ``found``: how many engines were killed. A
+    step 3 that step 2's surplus fills needs no engine; the weight sync before step 4 does, so the death is met in
+    step 3 either way (with 3 steps such a run finished without ever meeting it)."""
     import psutil
 
     folder, run, engines = _resumed_after_step_1(

@@ -248,8 +248,8 @@ def test_sigterm_in_generation_gives_the_step_up_and_saves_the_state_the_uninter
       responses (seeded rollouts, on with platform=cpu) and the same loss: the sampler's pooled groups, the prompt
       stream and the dataloader came back from the checkpoint;
     - SIGTERM to the launch's whole process group (as ``kill -TERM -PGID`` sends it: the driver, and Ray's processes
-      unless they run in a session of their own) once step 2 is in its metrics file, while step 3 generates: the trainer
-      gives step 3 up (the rollout call is interrupted, the engines' requests aborted), puts the sampler, the prompt
+      unless they run in a session of their own) once step 2 is in its metrics file, while step 3 generates: the
+      trainer gives step 3 up (the rollout call is interrupted, the engines' requests aborted), puts the sampler, the prompt
       stream and the dataloader back where step 3 found them and saves that as step 2's checkpoint (no save was
       scheduled: save_freq=-1); the console says where to resume from and the launch exits 143 within the default
       grace (dapo.preemption.grace_s, 30 s). That checkpoint holds what the uninterrupted run's scheduled save of step

@@ -356,8 +356,9 @@ class DAPOTrainerV1ColocateAsync(_DAPOOnV1, PPOTrainerColocateAsync):
     def _rollout_state(self) -> dict:
         """The responses of the groups still generating (``dynamic_sampling.partial_responses``), read from the agent-
         loop workers; verl's snapshot keeps only their prompts. A worker that cannot be read (a dead rollout, no answer
-        within ``PARTIALS_TIMEOUT_S``, or ``PARTIALS_TIMEOUT_STOPPING_S`` in a stopping run's save) is warned about and its groups' responses are not saved: a resume regenerates
-        those from their prompts; the other workers' are saved."""
+        within ``PARTIALS_TIMEOUT_S``, or ``PARTIALS_TIMEOUT_STOPPING_S`` in a stopping run's save) is warned about
+        and its groups' responses are not saved: a resume regenerates those from their prompts; the other workers'
+        are saved."""
         born = in_flight_births()
         workers = list(getattr(getattr(self, "agent_loop_manager", None), "agent_loop_workers", None) or [])
         if not born or not workers:
