@@ -147,10 +147,42 @@ class Launch:
         assert condition(), f"{what} never came (exit {self.process.poll()}):\n{self.console()[-4000:]}"
 
     def end(self, timeout: float = 600) -> tuple[int, float]:
-        """The exit status, and the seconds it took from this call."""
+        """The exit status, and the seconds it took from this call. A launch still there after ``timeout`` fails the
+        test with what it was doing: its processes, their Python stacks (``py-spy dump``) and the console's end; then
+        it is killed."""
         began = time.monotonic()
-        returncode = self.process.wait(timeout=timeout)
+        try:
+            returncode = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            post_mortem = self.post_mortem()
+            self.kill()
+            raise AssertionError(f"the launch was still there {timeout:g} s later ({self.work_dir}):\n{post_mortem}")
         return returncode, time.monotonic() - began
+
+    def post_mortem(self, console_chars: int = 6000) -> str:
+        """The launch's processes (its process group: the driver, Ray's GCS and raylet, the workers and engines that
+        outlived a dead raylet), the Python stacks of each (``py-spy dump``, beside this interpreter) and the end of
+        the console."""
+        import psutil
+
+        py_spy = Path(sys.executable).with_name("py-spy")
+        lines = []
+        for process in psutil.process_iter(["pid", "status", "cmdline"]):
+            try:
+                if os.getpgid(process.info["pid"]) != self.process.pid:
+                    continue
+            except OSError:
+                continue
+            command = " ".join(process.info["cmdline"] or [])[:200]
+            lines.append(f"=== pid {process.info['pid']} ({process.info['status']}): {command}")
+            if py_spy.exists() and process.info["status"] != psutil.STATUS_ZOMBIE:
+                try:
+                    dump = subprocess.run([str(py_spy), "dump", "--pid", str(process.info["pid"])],
+                                          capture_output=True, text=True, timeout=30)
+                    lines.append((dump.stdout or dump.stderr).strip()[-3000:])
+                except subprocess.TimeoutExpired:
+                    lines.append("(py-spy dump timed out)")
+        return "\n".join(lines + ["=== the console's end:", self.console()[-console_chars:]])
 
     def kill(self) -> None:
         """Ends the launch with its Ray and vLLM processes (Ray's workers exit once the raylet is gone)."""
@@ -467,10 +499,9 @@ class SharedRuns:
         self._launched.append(run)
         try:
             returncode, _ = run.end(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            run.kill()
+        except AssertionError as still_there:  # (killed by ``end``: the tests reading the console see why)
             with open(run.log, "a") as log:
-                log.write(f"\n[the run was killed after {timeout:.0f} s]\n")
+                log.write(f"\n[the run was killed after {timeout:.0f} s]\n{still_there}\n")
             returncode = run.process.returncode
         return work_dir, run.console(), returncode
 
