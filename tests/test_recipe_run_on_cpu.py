@@ -42,7 +42,7 @@ RUN_METHODS = {
 (``run.lifecycle``: the flag's reads, the saves on a stop and the outcomes are the lifecycle's, behind them)."""
 
 SHARED_CONCERN_PARTS = {
-    "UpdateGuard", "TrainerWatch", "open_tracking", "watch_weight_syncs", "RolloutLiveness", "save_recipe_state",
+    "UpdateGuard", "TrainerWatch", "open_tracking", "watch_replica_calls", "RolloutLiveness", "save_recipe_state",
     "load_recipe_state", "guarded_save", "resume_line", "checkpoint_exists", "add_problem_metrics",
     "apply_overlong_filter", "stop_token_ids", "announce", "from_config",
     "Preempted", "StepGivenUp", "failed_outcome", "stopped_outcome", "given_up_outcome", "abandon_rollout",

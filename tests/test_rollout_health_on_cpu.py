@@ -111,10 +111,10 @@ class SyncIntoTheEngine:
 def test_a_weight_sync_into_a_dead_engine_ends_with_the_engine_named_within_the_probe_interval(engine_health):
     import time
 
-    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_weight_syncs
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_replica_calls
 
     manager = SyncIntoTheEngine(engine_health, takes_s=0.3)
-    watch_weight_syncs(manager, RolloutLiveness([], [], [engine_health.address], timeout_s=2), every_s=0.1)
+    watch_replica_calls(manager, RolloutLiveness([], [], [engine_health.address], timeout_s=2), every_s=0.1)
     assert manager.update_weights(4) == {"timing_s/update_weights": 0.3, "step": 4}  # alive: verl's result, probes pass
 
     engine_health.status = 503
@@ -127,7 +127,7 @@ def test_a_weight_sync_into_a_dead_engine_ends_with_the_engine_named_within_the_
 
 
 def test_a_watched_weight_sync_raises_verls_own_error_and_is_wrapped_once(engine_health):
-    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_weight_syncs
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_replica_calls
 
     class Failing:
         def update_weights(self, global_steps=None):
@@ -135,17 +135,125 @@ def test_a_watched_weight_sync_raises_verls_own_error_and_is_wrapped_once(engine
 
     manager = Failing()
     probe = RolloutLiveness([], [], [engine_health.address], timeout_s=2)
-    watch_weight_syncs(manager, probe, every_s=0.1)
+    watch_replica_calls(manager, probe, every_s=0.1)
     wrapped = manager.update_weights
-    watch_weight_syncs(manager, probe, every_s=0.1)
+    watch_replica_calls(manager, probe, every_s=0.1)
     assert manager.update_weights is wrapped
     with pytest.raises(ValueError, match="weights of step 3 do not fit"):
         manager.update_weights(3)
     untouched = Failing()
-    watch_weight_syncs(untouched, RolloutLiveness([], [], []), every_s=0.1)  # nothing to probe: verl's call as it is
+    watch_replica_calls(untouched, RolloutLiveness([], [], []), every_s=0.1)  # nothing to probe: verl's call as it is
     no_probe = Failing()
-    watch_weight_syncs(no_probe, probe, every_s=0)  # dapo.health.rollout_probe_s=0: no probe
+    watch_replica_calls(no_probe, probe, every_s=0)  # dapo.health.rollout_probe_s=0: no probe
     assert "update_weights" not in vars(untouched) and "update_weights" not in vars(no_probe)
+
+
+class ReplicaOnTheEngine:
+    """A rollout replica as verl's checkpoint-engine manager drives it (``RolloutReplica``'s coroutines): each call
+    returns while its vLLM engine answers, and never once the engine died (the server waits on the engine forever;
+    seen at a colocate_async step's end, where verl aborts and sleeps the replicas)."""
+
+    def __init__(self, engine_health):
+        self.engine_health, self.calls = engine_health, []
+
+    async def _on_the_engine(self, name: str) -> None:
+        import asyncio
+
+        self.calls.append(name)
+        if self.engine_health.status != 200:
+            await asyncio.Event().wait()
+
+    async def sleep(self):
+        await self._on_the_engine("sleep")
+
+    async def wake_up(self):
+        await self._on_the_engine("wake_up")
+
+    async def abort_all_requests(self, reject_request=False):
+        await self._on_the_engine(f"abort_all_requests(reject_request={reject_request})")
+
+    async def resume_generation(self):
+        await self._on_the_engine("resume_generation")
+
+    async def release_kv_cache(self):
+        await self._on_the_engine("release_kv_cache")
+
+    async def resume_kv_cache(self):
+        await self._on_the_engine("resume_kv_cache")
+
+
+def verls_manager(replicas):
+    """verl's own ``CheckpointEngineManager`` over ``replicas`` (the colocated trainers' "naive" backend)."""
+    from types import SimpleNamespace
+
+    from verl.checkpoint_engine.base import CheckpointEngineManager
+
+    return CheckpointEngineManager(SimpleNamespace(backend="naive", custom_backend_module=None), None, replicas)
+
+
+@pytest.mark.parametrize("call", ["abort_replicas", "sleep_replicas", "wake_up_replicas", "resume_generation_replicas",
+                                  "release_kv_cache_replicas", "resume_kv_cache_replicas"])
+def test_every_call_into_the_replicas_on_a_dead_engine_ends_naming_the_engine_and_the_call(engine_health, call):
+    """Not only the weight sync: each of verl's calls that waits on every replica gets the probe. Positive control:
+    the same call on an unwatched manager is still waiting after the time the watched one took to end."""
+    import threading
+    import time
+
+    from recipe_dapo.compat.verl import REPLICA_CALLS
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_replica_calls
+
+    replica = ReplicaOnTheEngine(engine_health)
+    manager = verls_manager([replica])
+    watch_replica_calls(manager, RolloutLiveness([], [], [engine_health.address], timeout_s=2), every_s=0.1)
+    assert getattr(manager, call)() is None and len(replica.calls) == 1  # alive: verl's call returns
+    engine_health.status = 503
+    began = time.monotonic()
+    with pytest.raises(RolloutDied, match=rf"engine of rollout replica 0 .* is dead: .*HTTP 503.* \(during "
+                                          rf"{REPLICA_CALLS[call]}, which cannot finish\)"):
+        getattr(manager, call)()
+    took = time.monotonic() - began
+    assert took < 2.0
+
+    unwatched = threading.Thread(target=getattr(verls_manager([ReplicaOnTheEngine(engine_health)]), call),
+                                 daemon=True)
+    unwatched.start()
+    unwatched.join(took + 0.5)
+    assert unwatched.is_alive()
+
+
+def test_a_watched_call_awaited_inside_verl_is_verls_coroutine_and_the_abort_refuses_later_requests_where_it_can(
+        engine_health):
+    """verl awaits its own calls inside others (``update_weights`` awaits ``self.abort_replicas()`` on a non-colocated
+    backend): there the watched method hands back verl's coroutine. ``compat.verl.abort_replicas`` passes
+    ``reject_request`` to verl 0.9.1's abort and leaves it out on verl 0.9.0's, which has no such parameter."""
+    import asyncio
+
+    from recipe_dapo.compat.verl import abort_replicas
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_replica_calls
+
+    replica = ReplicaOnTheEngine(engine_health)
+    manager = verls_manager([replica])
+    watch_replica_calls(manager, RolloutLiveness([], [], [engine_health.address], timeout_s=2), every_s=0.1)
+
+    async def inside_verl():
+        await manager.abort_replicas()
+        await manager.sleep_replicas()
+
+    asyncio.run(inside_verl())
+    abort_replicas(manager, reject_request=True)
+    assert replica.calls == ["abort_all_requests(reject_request=False)", "sleep",
+                             "abort_all_requests(reject_request=True)"]
+
+    class Verl090Manager:  # verl 0.9.0's abort: no reject_request
+        def __init__(self):
+            self.aborted = 0
+
+        def abort_replicas(self):
+            self.aborted += 1
+
+    older = Verl090Manager()
+    abort_replicas(older, reject_request=True)
+    assert older.aborted == 1
 
 
 # ------------------------------------------------------------------ an engine that gives no answer (refused, time-out)
@@ -156,11 +264,11 @@ def test_an_engine_whose_port_is_closed_counts_dead_after_the_bound_and_is_named
     logged; the third in a row (``dapo.health.max_unanswered_health_checks=3``) ends the sync naming the address."""
     import time
 
-    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_weight_syncs
+    from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_replica_calls
 
     manager = SyncIntoTheEngine(engine_health)
     probe = RolloutLiveness([], [], [engine_health.address], timeout_s=2, max_unanswered=3)
-    watch_weight_syncs(manager, probe, every_s=0.1)
+    watch_replica_calls(manager, probe, every_s=0.1)
     manager.update_weights(1)  # alive
     engine_health.stop()
     began = time.monotonic()

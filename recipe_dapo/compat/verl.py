@@ -83,21 +83,65 @@ def v1_tracking(open_tracking: Callable[[], Any]) -> Iterator[None]:
         trainer_base.Tracking, trainer_base.pprint = verl_tracking, verl_pprint
 
 
-# ------------------------------------------------------------------------------------------------ weight sync
+# ------------------------------------------------------------------------------------------------ calls into the replicas
+
+MANAGER = "verl.checkpoint_engine.base.CheckpointEngineManager"
+REPLICA_CALLS = {
+    "update_weights": "the weight sync to the rollout",
+    "abort_replicas": "aborting the rollout's requests",
+    "sleep_replicas": "putting the rollout replicas to sleep",
+    "wake_up_replicas": "waking the rollout replicas",
+    "resume_generation_replicas": "resuming the rollout's generation",
+    "release_kv_cache_replicas": "releasing the rollout's KV cache",
+    "resume_kv_cache_replicas": "restoring the rollout's KV cache",
+}
+"""verl's checkpoint-engine manager's calls that wait on every rollout replica (name -> what it does, in words), each
+of which a dead engine leaves waiting forever (seen: ``abort_replicas`` at a colocate_async step's end)."""
 
 
-@touches("verl.checkpoint_engine.base.CheckpointEngineManager.update_weights", how="wraps", checked=VERL,
-         params=("global_steps",),
+@touches(f"{MANAGER}.update_weights", how="wraps", checked=VERL, params=("global_steps",),
          why="verl's trainers call it directly; the recipe runs the rollout's liveness probe beside it (on one manager)")
-def wrap_update_weights(checkpoint_manager: Any, wrap: Callable[[Callable], Callable]) -> Callable[[], None]:
-    """Make ``checkpoint_manager.update_weights`` (this one object, not the class) ``wrap(verl's)``; returns the
-    function that puts verl's back. Wrapping an already wrapped manager changes nothing."""
-    current = checkpoint_manager.update_weights
-    if getattr(current, "recipe_dapo_wrapped", None) is not None:
-        return lambda: None
-    wrapped = wrap(current)
-    wrapped.recipe_dapo_wrapped = current
-    return _set_on_object(checkpoint_manager, "update_weights", wrapped)
+@touches(f"{MANAGER}.abort_replicas", how="wraps", checked=VERL, params=(),
+         why="as update_weights (verl 0.9.1 adds reject_request, which the recipe passes only where it exists)")
+@touches(f"{MANAGER}.sleep_replicas", how="wraps", checked=VERL, params=(), why="as update_weights")
+@touches(f"{MANAGER}.wake_up_replicas", how="wraps", checked=VERL, params=(), why="as update_weights")
+@touches(f"{MANAGER}.resume_generation_replicas", how="wraps", checked=VERL, params=(), why="as update_weights")
+@touches(f"{MANAGER}.release_kv_cache_replicas", how="wraps", checked=VERL, params=(), why="as update_weights")
+@touches(f"{MANAGER}.resume_kv_cache_replicas", how="wraps", checked=VERL, params=(), why="as update_weights")
+def wrap_replica_calls(checkpoint_manager: Any, wrap: Callable[[Callable, str], Callable]) -> Callable[[], None]:
+    """Make each of the manager's calls of :data:`REPLICA_CALLS` that it has (this one object, not the class)
+    ``wrap(verl's, what it does)``; returns the function that puts verl's back. A call already wrapped stays as it is."""
+    restores = []
+    for name, what in REPLICA_CALLS.items():
+        current = getattr(checkpoint_manager, name, None)
+        if current is None or getattr(current, "recipe_dapo_wrapped", None) is not None:
+            continue
+        wrapped = wrap(current, what)
+        wrapped.recipe_dapo_wrapped = current
+        restores.append(_set_on_object(checkpoint_manager, name, wrapped))
+
+    def restore() -> None:
+        for undo in reversed(restores):
+            undo()
+
+    return restore
+
+
+def abort_replicas(checkpoint_manager: Any, reject_request: bool) -> None:
+    """verl's ``abort_replicas``, refusing the requests that come after it where verl has that (``reject_request``:
+    verl 0.9.1; on 0.9.0 the abort alone)."""
+    import inspect
+
+    abort = checkpoint_manager.abort_replicas
+    target = getattr(abort, "recipe_dapo_wrapped", abort)
+    try:
+        takes = "reject_request" in inspect.signature(target).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it as verl 0.9.0 would
+        takes = False
+    if takes:
+        abort(reject_request=reject_request)
+    else:
+        abort()
 
 
 def _set_on_object(target: Any, name: str, value: Callable) -> Callable[[], None]:

@@ -53,10 +53,11 @@ class HealthSettings:
     in one reward worker (a Python thread cannot be stopped), naming the function and the share that timed out; so
     the threads a hanging function leaves are bounded. 0: no cap."""
     rollout_probe_s: float = 30.0
-    """Both trainers, during every weight sync to the rollout, and verl's v1 trainer, when prompts are in flight and no
-    group has come back for this many seconds: check that the agent-loop workers, the rollout servers and their vLLM
-    engines are alive (again every as many seconds while it lasts); a dead one stops the run, naming it. A group
-    failing with a dead engine's error stops it at once, whatever this is. 0: no probe."""
+    """Both trainers, during every call into the rollout replicas (weight sync, abort, sleep, wake-up), and verl's v1
+    trainer, when prompts are in flight and no group has come back for this many seconds: check that the agent-loop
+    workers, the rollout servers and their vLLM engines are alive (again every as many seconds while it lasts); a dead
+    one stops the run, naming it. A group failing with a dead engine's error stops it at once, whatever this is. 0: no
+    probe."""
     max_unanswered_health_checks: int = 3
     """A vLLM engine whose health check (``GET /health``, in the ``rollout_probe_s`` probe) gets no answer this many
     times in a row (the connection refused, or no answer within 10 s) counts as dead: the run stops, naming the

@@ -30,6 +30,7 @@ from typing import Any, Callable, ContextManager, Optional, Protocol
 
 from omegaconf import DictConfig
 
+from recipe_dapo.compat.verl import abort_replicas
 from recipe_dapo.run.checkpoint_state import checkpoint_exists
 from recipe_dapo.run.preemption import GenerationWindow, GiveUpCheck, Preempted, StepGivenUp, TrainerWatch
 
@@ -220,7 +221,7 @@ class RunLifecycle:
         def abandon() -> None:
             try:
                 if hasattr(checkpoint_manager, "abort_replicas"):
-                    checkpoint_manager.abort_replicas(reject_request=True)
+                    abort_replicas(checkpoint_manager, reject_request=True)
                 checkpoint_manager.sleep_replicas()
             except Exception as error:  # the save comes next whatever the engines say
                 logger.warning("pre-emption: stopping the rollout replicas failed (%s: %s); saving anyway",

@@ -1,14 +1,17 @@
-"""Is the rollout alive? The probe both trainers run when the rollout makes no progress, and the bounded weight sync.
+"""Is the rollout alive? The probe both trainers run when the rollout makes no progress, and bounded calls into it.
 
 :class:`RolloutLiveness` asks whether the agent-loop workers and the rollout servers' Ray actors are alive and
 whether every vLLM engine answers its health check; it raises ``RolloutDied`` naming what died. The v1 trainer's
 stream runs it when groups are in flight and none comes back (``rollout_health.StallWatch``). Both trainers run it
-while verl's weight sync (``checkpoint_manager.update_weights``) is under way (:func:`watch_weight_syncs`): a sync
-into a dead engine never returns, and without the probe the run would wait forever.
+while a call of verl's into the replicas is under way (:func:`watch_replica_calls`: the weight sync, the abort and
+sleep at a colocated step's end, the wake-up): such a call into a dead engine never returns, and without the probe
+the run would wait forever.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import urllib.error
 import urllib.request
@@ -17,7 +20,7 @@ from typing import Any, Callable, Optional
 import ray
 
 from recipe_dapo.compat.ray import actor_label, when_ready
-from recipe_dapo.compat.verl import wrap_update_weights
+from recipe_dapo.compat.verl import wrap_replica_calls
 from recipe_dapo.run.rollout_health import RolloutDied, call_watched, summarize_error
 
 logger = logging.getLogger(__name__)
@@ -110,18 +113,37 @@ class RolloutLiveness:
         return str(reason) or type(reason).__name__
 
 
-def watch_weight_syncs(checkpoint_manager: Any, probe: Optional[Any], every_s: float) -> Callable[[], None]:
-    """Make ``checkpoint_manager.update_weights`` (verl's, called by verl's and the recipe's trainers alike) run the
-    rollout's liveness probe every ``every_s`` seconds while it waits: a dead engine or server raises
-    ``RolloutDied`` instead of a sync that never returns. ``every_s <= 0`` or no probe leaves verl's call as it is.
-    Returns the function that puts verl's call back."""
+def watch_replica_calls(checkpoint_manager: Any, probe: Optional[Any], every_s: float) -> Callable[[], None]:
+    """Make verl's calls into the rollout replicas (``checkpoint_manager.update_weights``, ``abort_replicas``,
+    ``sleep_replicas`` and the others of ``compat.verl.REPLICA_CALLS``, called by verl's and the recipe's trainers
+    alike) run the rollout's liveness probe every ``every_s`` seconds while they wait: a dead engine or server raises
+    ``RolloutDied`` instead of a call that never returns. A call made from a running event loop (a caller that awaits
+    verl's coroutine) is left to verl. ``every_s <= 0`` or no probe leaves verl's calls as they are. Returns the
+    function that puts verl's calls back."""
     if probe is None or getattr(probe, "empty", False) or every_s <= 0 or checkpoint_manager is None:
         return lambda: None
 
-    def watched(inner: Callable) -> Callable:
-        def update_weights(*args, **kwargs):
-            return call_watched(lambda: inner(*args, **kwargs), probe, every_s, what="the weight sync to the rollout")
+    def watched(inner: Callable, what: str) -> Callable:
+        def call(*args, **kwargs):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # a plain call: verl runs its coroutine to the end here
+                return call_watched(lambda: inner(*args, **kwargs), probe, every_s, what=what)
+            caller = inspect.currentframe().f_back
+            if caller is not None and caller.f_code.co_flags & inspect.CO_COROUTINE:
+                return _coroutine_of(inner)(*args, **kwargs)  # ``await manager.abort_replicas()`` inside verl
+            return inner(*args, **kwargs)
 
-        return update_weights
+        return call
 
-    return wrap_update_weights(checkpoint_manager, watched)
+    return wrap_replica_calls(checkpoint_manager, watched)
+
+
+def _coroutine_of(method: Callable) -> Callable:
+    """The coroutine function behind verl's ``@auto_await`` method (bound as ``method`` is), for a caller that awaits
+    it; ``method`` itself when it has none."""
+    function = getattr(method, "__wrapped__", None)
+    owner = getattr(method, "__self__", None)
+    if function is None or not inspect.iscoroutinefunction(function):
+        return method
+    return function.__get__(owner) if owner is not None else function

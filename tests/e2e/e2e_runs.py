@@ -160,25 +160,36 @@ class Launch:
         return returncode, time.monotonic() - began
 
     def post_mortem(self, console_chars: int = 6000) -> str:
-        """The launch's processes (its process group: the driver, Ray's GCS and raylet, the workers and engines that
-        outlived a dead raylet), the Python stacks of each (``py-spy dump``, beside this interpreter) and the end of
-        the console."""
+        """The launch's processes (the driver's descendants: Ray's GCS and raylet, each Ray worker in a session of
+        its own, vLLM's engines; and its process group, where a process outlived a dead raylet), the Python stacks of
+        the Ray workers and the driver (``py-spy dump``, beside this interpreter) and the end of the console."""
         import psutil
 
         py_spy = Path(sys.executable).with_name("py-spy")
-        lines = []
-        for process in psutil.process_iter(["pid", "status", "cmdline"]):
+        found: dict[int, psutil.Process] = {}
+        try:
+            driver = psutil.Process(self.process.pid)
+            found.update({process.pid: process for process in [driver, *driver.children(recursive=True)]})
+        except psutil.Error:
+            pass
+        for process in psutil.process_iter():
             try:
-                if os.getpgid(process.info["pid"]) != self.process.pid:
-                    continue
+                if os.getpgid(process.pid) == self.process.pid:
+                    found.setdefault(process.pid, process)
             except OSError:
                 continue
-            command = " ".join(process.info["cmdline"] or [])[:200]
-            lines.append(f"=== pid {process.info['pid']} ({process.info['status']}): {command}")
-            if py_spy.exists() and process.info["status"] != psutil.STATUS_ZOMBIE:
+        lines = []
+        for pid, process in sorted(found.items()):
+            try:
+                command, status = " ".join(process.cmdline())[:200], process.status()
+            except psutil.Error:
+                continue
+            lines.append(f"=== pid {pid} ({status}): {command}")
+            stacked = pid == self.process.pid or command.startswith("ray::")  # the driver, the Ray workers
+            if stacked and py_spy.exists() and status != psutil.STATUS_ZOMBIE:
                 try:
-                    dump = subprocess.run([str(py_spy), "dump", "--pid", str(process.info["pid"])],
-                                          capture_output=True, text=True, timeout=30)
+                    dump = subprocess.run([str(py_spy), "dump", "--pid", str(pid)], capture_output=True, text=True,
+                                          timeout=30)
                     lines.append((dump.stdout or dump.stderr).strip()[-3000:])
                 except subprocess.TimeoutExpired:
                     lines.append("(py-spy dump timed out)")
@@ -375,8 +386,9 @@ def v1_sigterm(copied: Path, work_dir: Path, assets: dict) -> Acted:
 def v1_engine_kill(copied: Path, work_dir: Path, assets: dict) -> Acted:
     """The v1 run resumed from step 1 in colocate_async mode with one round per step (4 steps, each saved), its vLLM
     engine processes killed (kill -9) once step 2 is in its metrics file; ``found``: how many engines were killed. A
-    step 3 that step 2's surplus fills needs no engine; the weight sync before step 4 does, so the death is met in
-    step 3 either way (with 3 steps such a run finished without ever meeting it)."""
+    step 3 that step 2's surplus fills generates nothing, but its end aborts and sleeps the replicas (colocate_async)
+    and the weight sync before step 4 needs them, so the death is met in step 3 either way (with 3 steps such a run
+    finished without ever meeting it)."""
     import psutil
 
     folder, run, engines = _resumed_after_step_1(

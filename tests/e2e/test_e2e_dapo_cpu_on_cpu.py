@@ -202,7 +202,8 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
         # raylet for over 300 s before).
         summary = console[console.find("run failed: the trainer's process died"):]
     else:
-        # The line: the stream's (a group failed with the engine's error) or the probe's (during the weight sync).
+        # The line: the stream's (a group failed with the engine's error) or the probe's (during a call into the
+        # replicas: the abort and sleep at the end of a step its pool filled, or the weight sync).
         assert re.search(r"RolloutDied: (rollout died at step 3|.*vLLM engine .* is dead)", console), console[-4000:]
         # The end-of-run summary (tracking/console.py), printed by the trainer before the error reaches the driver.
         summary = console[console.find("run failed at step 3 (RolloutDied)"):]

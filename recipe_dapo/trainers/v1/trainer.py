@@ -156,9 +156,10 @@ class _DAPOOnV1(HoldsRecipeRun):
         verl's loop also pretty-prints every validation metric at the start and the end (hundreds of lines); the
         tracker's validation lines and end-of-run summary say it, and the metrics file has every value.
 
-        The sampler's stream and verl's weight syncs get the rollout's liveness probe (``dapo.health.rollout_probe_s``):
-        a dead agent-loop worker, rollout server or vLLM engine stops the run instead of leaving it waiting for groups
-        or for a sync that never returns.
+        The sampler's stream and verl's calls into the replicas (the weight sync, the abort and sleep at a colocated
+        step's end) get the rollout's liveness probe (``dapo.health.rollout_probe_s``): a dead agent-loop worker,
+        rollout server or vLLM engine stops the run instead of leaving it waiting for groups or for a call that never
+        returns.
         """
         liveness = self.recipe.watch_rollout(getattr(self, "checkpoint_manager", None), agent_loop_manager,
                                              getattr(self, "llm_server_manager", None))
