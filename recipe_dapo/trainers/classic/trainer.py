@@ -133,7 +133,7 @@ class RayDAPOTrainer(HoldsRecipeRun, RayPPOTrainer):
         self._load_checkpoint()
         # Opened after the checkpoint: the metrics file keeps what earlier processes logged up to this step.
         self.tracker = self.recipe.open_tracker(resumed_step=self.global_steps, total_steps=self.total_training_steps)
-        # A weight sync into a dead engine never returns: the rollout's liveness probe runs beside every sync.
+        # A call into a dead engine (weight sync, sleep, abort) never returns: the liveness probe runs beside each.
         self.recipe.watch_rollout(getattr(self, "checkpoint_manager", None), getattr(self, "async_rollout_manager", None),
                                   getattr(self, "llm_server_manager", None))
         self.replicas.sync_weights(self.global_steps)
