@@ -83,7 +83,7 @@ def v1_tracking(open_tracking: Callable[[], Any]) -> Iterator[None]:
         trainer_base.Tracking, trainer_base.pprint = verl_tracking, verl_pprint
 
 
-# ------------------------------------------------------------------------------------------------ calls into the replicas
+# ---------------------------------------------------------------------------------------------- calls into the replicas
 
 MANAGER = "verl.checkpoint_engine.base.CheckpointEngineManager"
 REPLICA_CALLS = {
@@ -110,7 +110,8 @@ of which a dead engine leaves waiting forever (seen: ``abort_replicas`` at a col
 @touches(f"{MANAGER}.resume_kv_cache_replicas", how="wraps", checked=VERL, params=(), why="as update_weights")
 def wrap_replica_calls(checkpoint_manager: Any, wrap: Callable[[Callable, str], Callable]) -> Callable[[], None]:
     """Make each of the manager's calls of :data:`REPLICA_CALLS` that it has (this one object, not the class)
-    ``wrap(verl's, what it does)``; returns the function that puts verl's back. A call already wrapped stays as it is."""
+    ``wrap(verl's, what it does)``; returns the function that puts verl's back. A call already wrapped stays as it
+    is."""
     restores = []
     for name, what in REPLICA_CALLS.items():
         current = getattr(checkpoint_manager, name, None)

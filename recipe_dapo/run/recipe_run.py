@@ -11,7 +11,7 @@ v1 trainers) hold one ``RecipeRun`` and are thin adapters of verl's hooks and lo
 - the update guard (``step_metrics.UpdateGuard``: skipped non-finite updates counted, too many stop the run) and the
   policy watch (``step_metrics.PolicyWatch``: no right response for some steps, or a non-finite entropy, stops it);
 - the tracker (``tracking.tracker``);
-- the rollout's liveness probe beside verl's calls into the replicas: weight syncs, aborts, sleeps (``rollout_liveness``);
+- the rollout's liveness probe beside verl's calls into the replicas: syncs, aborts, sleeps (``rollout_liveness``);
 - the recipe's state in checkpoints with the update guard's, the guarded save, and the resume line;
 - the validation metrics papers report (mean@k, pass@k, maj@k), the stop ids and the overlong filter, and the count of
   response tokens that carried loss.
@@ -141,8 +141,9 @@ class RecipeRun(RunLifecycle):
     # ------------------------------------------------------------------ the rollout's liveness
 
     def watch_rollout(self, checkpoint_manager: Any, agent_loop_manager: Any, llm_server_manager: Any):
-        """Run the rollout's liveness probe beside every call of verl's into the replicas (``dapo.health.rollout_probe_s``;
-        the weight sync, the abort and sleep at a colocated step's end): such a call into a dead engine never returns. Returns the probe (the v1 trainer's stream runs it too)."""
+        """Run the rollout's liveness probe beside every call of verl's into the replicas
+        (``dapo.health.rollout_probe_s``; the weight sync, the abort and sleep at a colocated step's end): such a call
+        into a dead engine never returns. Returns the probe (the v1 trainer's stream runs it too)."""
         from recipe_dapo.run.rollout_liveness import RolloutLiveness, watch_replica_calls
 
         liveness = RolloutLiveness.of(agent_loop_manager, llm_server_manager,
