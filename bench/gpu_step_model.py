@@ -891,23 +891,22 @@ def _main(argv=None) -> None:
     def references(mode: str) -> list[float]:
         return [summaries[("paper", k, mode)].gen_s for k in headline]
 
-    confidences = [float(c) for c in args.confidences.split(",") if c.strip()]
-    if confidences:
-        print(f"\none-round mode, paper lengths, one_round_confidence (keep rates {headline}; {SWEEP_NOTE}):")
-        print(f"{'conf':>5} {SWEEP_HEADER}")
-        for confidence in confidences:
+    def one_round_sweep(setting: str, column: str, values: str, options) -> None:
+        """The one-round mode at each of ``values`` (comma-separated) of ``setting``, run with ``options(value)``."""
+        swept = [float(value) for value in values.split(",") if value.strip()]
+        if not swept:
+            return
+        print(f"\none-round mode, paper lengths, {setting} (keep rates {headline}; {SWEEP_NOTE}):")
+        width = max(5, len(column))
+        print(f"{column:>{width}} {SWEEP_HEADER}")
+        for value in swept:
             one = [row["one_round"] for row in headline_runs(headline, ("one_round",), system, steps, warmup,
-                                                             args.seed, confidence=confidence)]
-            print(f"{confidence:5.2f} {sweep_line(one, references('deficit'), references('v1'))}")
-    factors = [float(f) for f in args.overprovisions.split(",") if f.strip()]
-    if factors:
-        print(f"\none-round mode, paper lengths, one_round_overprovision (keep rates {headline}; {SWEEP_NOTE}):")
-        print(f"{'factor':>6} {SWEEP_HEADER}")
-        for factor in factors:
-            one = [row["one_round"] for row in headline_runs(headline, ("one_round",), system, steps, warmup,
-                                                             args.seed, confidence=args.confidence,
-                                                             overprovision=factor)]
-            print(f"{factor:6.2f} {sweep_line(one, references('deficit'), references('v1'))}")
+                                                             args.seed, **options(value))]
+            print(f"{value:{width}.2f} {sweep_line(one, references('deficit'), references('v1'))}")
+
+    one_round_sweep("one_round_confidence", "conf", args.confidences, lambda value: dict(confidence=value))
+    one_round_sweep("one_round_overprovision", "factor", args.overprovisions,
+                    lambda value: dict(confidence=args.confidence, overprovision=value))
     bounds = [int(b) for b in args.staleness.split(",") if b.strip()]
     if bounds:
         print(f"\nmax_staleness, paper lengths (keep rates {headline}; every mode with that bound; {SWEEP_NOTE}):")
