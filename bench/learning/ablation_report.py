@@ -60,6 +60,16 @@ def interval(values) -> tuple[float, float, float]:
     return (mean, mean - half, mean + half)
 
 
+def interval_side(stats, pairs: int) -> str | None:
+    """Where a paired difference's 95% interval ``stats`` (mean, low, high) lies against zero: ``"above"``,
+    ``"below"`` or ``"includes"``; None when fewer than two seeds were paired (one is no evidence, and gives no
+    interval)."""
+    mean, low, high = stats
+    if pairs < 2 or mean is None or math.isnan(mean):
+        return None
+    return "above" if low > 0 else "below" if high < 0 else "includes"
+
+
 def by_arm(study: dict) -> dict[str, list[dict]]:
     arms: dict[str, list[dict]] = {}
     for run in study["runs"]:

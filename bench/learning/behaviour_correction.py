@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ablation  # noqa: E402  (bench/learning/ablation.py)
-from ablation_report import interval  # noqa: E402
+from ablation_report import interval, interval_side  # noqa: E402
 
 from recipe_dapo.tracking.run_log import read_metrics  # noqa: E402
 
@@ -131,12 +131,12 @@ def _fmt(value, fmt: str) -> str:
 def verdict(stats, pairs: int) -> str:
     """One sentence from the paired interval: a difference only where the interval (of two or more seeds) excludes
     zero."""
-    mean, low, high = stats
-    if pairs < 2 or mean is None or np.isnan(mean):
+    side = interval_side(stats, pairs)
+    if side is None:
         return f"Not enough paired runs for a verdict ({pairs} seed{'s' if pairs != 1 else ''}: one is no evidence)."
-    if low > 0:
+    if side == "above":
         return "Reading: the correction raised validation accuracy (the paired 95% interval is above zero)."
-    if high < 0:
+    if side == "below":
         return "Reading: the correction lowered validation accuracy (the paired 95% interval is below zero)."
     return ("Reading: no difference in validation accuracy could be shown at this size (the paired 95% interval "
             "includes zero): a null result, stated with its interval.")

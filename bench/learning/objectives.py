@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ablation  # noqa: E402  (bench/learning/ablation.py)
-from ablation_report import interval  # noqa: E402
+from ablation_report import interval, interval_side  # noqa: E402
 
 from recipe_dapo.tracking.run_log import read_metrics  # noqa: E402
 
@@ -147,13 +147,13 @@ def paired(study: dict, key: str, a: str, b: str) -> tuple[list[float], tuple[fl
 def verdict(stats, pairs: int, a: str, b: str, what: str) -> str:
     """One sentence from the paired interval: a difference only where the interval (of two or more seeds) excludes
     zero."""
-    mean, low, high = stats
-    if pairs < 2 or mean is None or math.isnan(mean):
+    side = interval_side(stats, pairs)
+    if side is None:
         return (f"No verdict: {pairs} paired seed{'s' if pairs != 1 else ''} (fewer than two is no evidence, "
                 "and gives no interval).")
-    if low > 0:
+    if side == "above":
         return f"{a} is higher than {b} in {what} (the paired 95% interval is above zero)."
-    if high < 0:
+    if side == "below":
         return f"{a} is lower than {b} in {what} (the paired 95% interval is below zero)."
     return (f"Null: no difference in {what} between {a} and {b} could be shown at this size (the paired 95% "
             "interval includes zero).")

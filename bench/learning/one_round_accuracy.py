@@ -29,12 +29,10 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ablation  # noqa: E402  (bench/learning/ablation.py)
-from ablation_report import interval  # noqa: E402
+from ablation_report import interval, interval_side  # noqa: E402
 from behaviour_correction import _cell, _fmt, arm_table, paired  # noqa: E402
 
 from recipe_dapo.tracking.run_log import read_metrics  # noqa: E402
@@ -122,12 +120,12 @@ def render(study: dict) -> str:
 
 def verdict(stats, pairs: int, other: str) -> str:
     """One sentence from the paired interval: a difference only where the interval (two or more seeds) excludes 0."""
-    mean, low, high = stats
-    if pairs < 2 or mean is None or np.isnan(mean):
+    side = interval_side(stats, pairs)
+    if side is None:
         return f"Not enough paired runs for a verdict ({pairs} seed{'s' if pairs != 1 else ''})."
-    if low > 0:
+    if side == "above":
         return f"One round per step learned more than {other} at this budget (the interval is above zero)."
-    if high < 0:
+    if side == "below":
         return f"One round per step learned less than {other} at this budget (the interval is below zero)."
     return f"No difference from {other} could be shown at this size (the interval includes zero)."
 
