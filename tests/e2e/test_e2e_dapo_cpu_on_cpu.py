@@ -208,8 +208,9 @@ def test_v1_resumed_in_colocate_async_restores_the_pooled_groups_and_ends_within
         # The end-of-run summary (tracking/console.py), printed by the trainer before the error reaches the driver.
         summary = console[console.find("run failed at step 3 (RolloutDied)"):]
         assert "run failed at step 3 (RolloutDied)" in console, console[-6000:]
-    # The engine dies in step 3's generation (step 2 is the last checkpoint), or, when step 3's batch was already in
-    # the pool, in the weight sync after verl saved step 3: then step 3 is logged too (every saved step is).
+    # The engine dies in step 3's generation or in the abort at its end, before its update (step 2 is the last
+    # checkpoint), or, when step 3's batch was already in the pool and the abort found the engine still up, in the
+    # weight sync after verl saved step 3: then step 3 is logged too (every saved step is).
     steps = logged_steps(resumed)
     last = max(steps)
     assert last in (2, 3) and (resumed / "checkpoints" / f"global_step_{last}").is_dir(), (sorted(steps), summary)
